@@ -1,0 +1,56 @@
+"""The `nodus` group and the one place that decides how errors reach users.
+
+Who uses it: the `nodus` console script calls `main()`; tests call `cli` through click's CliRunner.
+A `NodusError` prints as one line (`error: ...`) plus its hint and exits with its code; a KeyboardInterrupt
+exits 130; anything else is a bug and keeps its traceback. New commands (plan, apply, get, ...) register
+themselves here with `cli.add_command`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from nodus.cli import schema, validate, version
+from nodus.cli.console import err_console
+from nodus.errors import NodusError
+
+
+class NodusGroup(click.Group):
+    """A click group that turns known errors into one-line messages."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except NodusError as exc:
+            lines = exc.lines()
+            err_console.print(f"[bold red]error:[/] {lines[0]}", highlight=False, soft_wrap=True)
+            for line in lines[1:]:
+                style = "dim" if line.startswith("hint:") else ""
+                err_console.print(line, style=style, highlight=False, soft_wrap=True)
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            err_console.print("interrupted")
+            ctx.exit(130)
+
+
+@click.group(cls=NodusGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def cli() -> None:
+    """nodus: post-training as a GitOps pipeline.
+
+    Keep Environments, TrainingJobs, runtimes, endpoints and agents as YAML in git; `nodus validate`
+    checks them, `nodus plan` shows what would change, `nodus apply` makes it so.
+    """
+
+
+cli.add_command(validate.validate)
+cli.add_command(schema.schema)
+cli.add_command(version.version)
+
+
+def main() -> None:
+    """Entry point of the `nodus` script."""
+    cli.main(prog_name="nodus", standalone_mode=True)
+    sys.exit(0)  # pragma: no cover - click exits itself

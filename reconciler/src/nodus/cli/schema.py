@@ -1,0 +1,34 @@
+"""`nodus schema [KIND]`: print the JSON Schema of a kind (or list the kinds).
+
+Who uses it: people wiring editor validation (yaml-language-server) and tools generating specs. The
+schemas are the same files as `specs/schemas/`, generated from the models.
+"""
+
+from __future__ import annotations
+
+import click
+
+from nodus.cli.console import console
+from nodus.errors import ConfigError
+from nodus.specs import KINDS, kind_for_name
+from nodus.specs.parse import _suggest
+from nodus.specs.schema_export import render
+
+
+@click.command()
+@click.argument("kind", required=False)
+def schema(kind: str | None) -> None:
+    """Print the JSON Schema of KIND (TrainingJob, tj, environment, ...); list kinds without one."""
+    if kind is None:
+        for cls in KINDS:
+            console.print(f"{cls.KIND:<18} {cls.API_VERSION:<18} {', '.join(cls.SHORT_NAMES[:2])}", markup=False)
+        return
+    cls = kind_for_name(kind)
+    if cls is None:
+        names = [c.KIND for c in KINDS]
+        suggestion = _suggest(kind, names)
+        raise ConfigError(
+            f"unknown kind {kind!r}" + (f" (did you mean {suggestion}?)" if suggestion else ""),
+            hint=f"kinds: {', '.join(names)}",
+        )
+    click.echo(render(cls), nl=False)
