@@ -11,7 +11,7 @@ import click
 from nodus.cli.console import console
 from nodus.errors import ConfigError
 from nodus.specs import KINDS, kind_for_name
-from nodus.specs.parse import _suggest
+from nodus.specs.parse import suggest
 from nodus.specs.schema_export import render
 
 
@@ -23,12 +23,12 @@ def schema(kind: str | None) -> None:
         for cls in KINDS:
             console.print(f"{cls.KIND:<18} {cls.API_VERSION:<18} {', '.join(cls.SHORT_NAMES[:2])}", markup=False)
         return
-    cls = kind_for_name(kind)
-    if cls is None:
+    chosen = kind_for_name(kind)
+    if chosen is None:
         names = [c.KIND for c in KINDS]
-        suggestion = _suggest(kind, names)
+        suggestion = suggest(kind, names)
         raise ConfigError(
             f"unknown kind {kind!r}" + (f" (did you mean {suggestion}?)" if suggestion else ""),
             hint=f"kinds: {', '.join(names)}",
         )
-    click.echo(render(cls), nl=False)
+    click.echo(render(chosen), nl=False)

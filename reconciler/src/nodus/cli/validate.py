@@ -14,13 +14,18 @@ import click
 from rich.table import Table
 
 from nodus.cli.console import console, print_json
-from nodus.specs import ParseResult, parse_resources
+from nodus.specs import ParseResult, Problem, parse_resources
 
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(allow_dash=True))
 @click.option(
-    "-o", "--output", "fmt", type=click.Choice(["text", "table", "json"]), default="text", show_default=True,
+    "-o",
+    "--output",
+    "fmt",
+    type=click.Choice(["text", "table", "json"]),
+    default="text",
+    show_default=True,
     help="text: problems and a summary; table: also every valid resource; json: for machines.",
 )
 @click.option("--strict", is_flag=True, help="Treat warnings as errors.")
@@ -31,6 +36,9 @@ def validate(paths: tuple[str, ...], fmt: str, strict: bool) -> None:
     """
     started = time.perf_counter()
     result = parse_resources(paths)
+    if not result.resources and not result.errors:
+        # Validating nothing is almost always a wrong path or glob; say so instead of passing.
+        result.errors.append(Problem(paths[0], 1, 1, "no nodus resources found"))
     elapsed = time.perf_counter() - started
     failed = bool(result.errors) or (strict and bool(result.warnings))
     if fmt == "json":
@@ -74,8 +82,12 @@ def _print_text(result: ParseResult, elapsed: float, *, table: bool) -> None:
             grid.add_column(column)
         for parsed in result.resources:
             res = parsed.resource
-            grid.add_row(res.KIND, res.metadata.name, res.metadata.project or "-",
-                         f"{parsed.source.file}:{parsed.source.line}")
+            grid.add_row(
+                res.KIND,
+                res.metadata.name,
+                res.metadata.project or "-",
+                f"{parsed.source.file}:{parsed.source.line}",
+            )
         console.print(grid)
     console.print(_summary(result, elapsed), markup=False)
 

@@ -123,6 +123,17 @@ class AgentRun(Resource):
     spec: AgentRunSpec
     """The desired state."""
 
+    @classmethod
+    def patch_json_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
+        """metadata.name may be left out of a run in a group (it is <group>-<taskKey>)."""
+        defs = schema["$defs"]
+        defs["RunMetadata"] = {**defs["Metadata"], "required": []}
+        schema["properties"]["metadata"] = {
+            "$ref": "#/$defs/RunMetadata",
+            "description": "Name (optional in a group: <group>-<taskKey>), project and labels.",
+        }
+        return schema
+
     @model_validator(mode="before")
     @classmethod
     def _name_from_group(cls, data: Any) -> Any:
@@ -220,7 +231,13 @@ class AgentGroup(Resource):
     API_VERSION = "nodus.dev/v1"
     KIND = "AgentGroup"
     SHORT_NAMES = ("ag", "agentgroup", "agentgroups")
-    UPDATABLE_IN_PLACE = ("limits.maxActive", "limits.maxPending", "limits.maxCostUSD", "maxCostUSD", "sealed")
+    UPDATABLE_IN_PLACE = (
+        "limits.maxActive",
+        "limits.maxPending",
+        "limits.maxCostUSD",
+        "maxCostUSD",
+        "sealed",
+    )
 
     api_version: Literal["nodus.dev/v1"]
     """Always nodus.dev/v1."""

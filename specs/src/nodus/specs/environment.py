@@ -16,12 +16,22 @@ from typing import Annotated, Literal, Self
 from pydantic import Field, field_validator, model_validator
 
 from nodus.specs.base import Loc, Resource, SpecModel
-from nodus.specs.types import Duration, DurationRange, ImageRef, PipName, PipVersion, SemVer, Url, image_is_pinned
+from nodus.specs.types import (
+    Duration,
+    DurationRange,
+    ImageRef,
+    PipName,
+    PipVersion,
+    SemVer,
+    Url,
+    image_is_pinned,
+)
 
 LOADER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_]*)?$")
 
 Category = Literal["Math", "Code", "Reasoning", "Games", "Tools", "Agentic", "Custom"]
 Mode = Literal["Train", "Evaluate"]
+ALL_MODES: tuple[Mode, ...] = ("Train", "Evaluate")
 
 
 class PipPackage(SpecModel):
@@ -91,9 +101,7 @@ class EnvironmentSpec(SpecModel):
     """Where the environment's tasks and grader come from."""
     category: Category = "Custom"
     """Catalog category shown by `nodus get environments`."""
-    modes: Annotated[list[Mode], Field(min_length=1, max_length=2)] = Field(
-        default_factory=lambda: ["Train", "Evaluate"]
-    )
+    modes: Annotated[list[Mode], Field(min_length=1, max_length=2)] = Field(default_factory=lambda: list(ALL_MODES))
     """What the environment may be used for: Train, Evaluate or both."""
     reward_type: Literal["Binary", "Continuous"] = "Binary"
     """Binary rewards are 0 or 1; Continuous rewards give partial credit (only 1 is Correct)."""

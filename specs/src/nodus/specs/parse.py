@@ -13,6 +13,7 @@ named explicitly must hold only nodus resources.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import sys
 import types
@@ -168,6 +169,9 @@ def _parse_file(text: str, file: str, *, explicit: bool) -> ParseResult:
         return result
     for doc in documents:
         _parse_document(doc, file, explicit, result)
+    # Within a file, problems read top to bottom like the file does.
+    result.errors.sort(key=lambda p: (p.line, p.column))
+    result.warnings.sort(key=lambda p: (p.line, p.column))
     return result
 
 
@@ -193,7 +197,10 @@ def _parse_document(doc: Document, file: str, explicit: bool, result: ParseResul
 
     if not isinstance(data, dict):
         if explicit:
-            error((), f"a resource is a mapping with apiVersion, kind, metadata and spec (got {_describe(data)})")
+            error(
+                (),
+                f"a resource is a mapping with apiVersion, kind, metadata and spec (got {_describe(data)})",
+            )
         else:
             result.skipped += 1
         return
@@ -201,7 +208,18 @@ def _parse_document(doc: Document, file: str, explicit: bool, result: ParseResul
     if api is None and kind is None and not explicit:
         result.skipped += 1
         return
-    label = f"{kind}/{_name_of(data)}" if isinstance(kind, str) else None
+    label = _printable(f"{kind}/{_name_of(data)}") if isinstance(kind, str) else None
+    envelope = ["apiVersion", "kind", "metadata", "spec", "status"]
+    misspelt = [
+        key
+        for key in data
+        if isinstance(key, str) and key not in envelope and suggest(key, envelope) in ("apiVersion", "kind")
+    ]
+    if misspelt and (api is None or kind is None):
+        # Without apiVersion and kind the document cannot be checked further: point at the typo itself.
+        for key in misspelt:
+            error((key,), f"unknown field (did you mean {suggest(key, envelope)}?)", label, key=True)
+        return
     if not isinstance(api, str):
         message = "required field is missing" if api is None else f"must be a string (got {_describe(api)})"
         error(("apiVersion",), message + f"; nodus reads {' and '.join(API_VERSIONS)}", label, key=True)
@@ -221,7 +239,7 @@ def _parse_document(doc: Document, file: str, explicit: bool, result: ParseResul
         return
     cls = BY_KIND.get(kind)
     if cls is None:
-        suggestion = _suggest(kind, list(BY_KIND))
+        suggestion = suggest(kind, list(BY_KIND))
         tail = f" (did you mean {suggestion}?)" if suggestion else f"; one of {', '.join(BY_KIND)}"
         error(("kind",), f"unknown kind {kind!r}{tail}", label)
         return
@@ -269,7 +287,9 @@ def _check_duplicates(result: ParseResult) -> None:
         src, old = parsed.source, earlier.source
         result.errors.append(
             Problem(
-                src.file, src.line, src.column,
+                src.file,
+                src.line,
+                src.column,
                 f"defined twice: here and at {old.file}:{old.line}:{old.column}",
                 res.ref,
             )
@@ -293,9 +313,12 @@ def _check_groups(result: ParseResult) -> None:
             src = parsed.source
             result.errors.append(
                 Problem(
-                    src.file, src.line, src.column,
+                    src.file,
+                    src.line,
+                    src.column,
                     f"must be {group.spec.agent!r}, the agent of group {run.spec.group} (got {run.spec.agent!r})",
-                    run.ref, "spec.agent",
+                    run.ref,
+                    "spec.agent",
                 )
             )
 
@@ -327,14 +350,14 @@ def _message(err: Any, cls: type[Resource]) -> tuple[str, bool]:
         return "required field is missing", False
     if kind == "extra_forbidden":
         allowed = _fields_at(cls, loc[:-1])
-        suggestion = _suggest(str(loc[-1]), allowed)
+        suggestion = suggest(str(loc[-1]), allowed)
         if suggestion:
             return f"unknown field (did you mean {suggestion}?)", True
         return ("unknown field" + (f"; expected one of: {', '.join(allowed)}" if allowed else "")), True
     if kind in ("literal_error", "enum"):
         options = re.findall(r"'([^']*)'|\b(\d+)\b", str((err.get("ctx") or {}).get("expected", "")))
         choices = [a or b for a, b in options]
-        suggestion = _suggest(str(value), choices)
+        suggestion = suggest(str(value), choices)
         message = f"must be one of {', '.join(choices)} (got {_short(value)})"
         return message + (f"; did you mean {suggestion}?" if suggestion else ""), False
     if kind in _TYPE_WORDS:
@@ -346,7 +369,7 @@ def _message(err: Any, cls: type[Resource]) -> tuple[str, bool]:
         return message.removeprefix("Assertion failed, "), False
     for prefix in ("Input should", "String should", "List should", "Dictionary should", "Value should"):
         if message.startswith(prefix):
-            message = "must" + message[len(prefix):]
+            message = "must" + message[len(prefix) :]
             message = message.replace("must be must", "must")
             if not isinstance(value, dict | list):
                 message += f" (got {_short(value)})"
@@ -396,7 +419,7 @@ def _normal(text: str) -> str:
     return text.replace("_", "").replace("-", "").lower()
 
 
-def _suggest(word: str, options: list[str]) -> str | None:
+def suggest(word: str, options: list[str]) -> str | None:
     """The option a typo most likely meant: same letters ignoring case and separators, else the closest."""
     for option in options:
         if _normal(option) == _normal(word):
@@ -411,14 +434,25 @@ def _closest_api(api: str) -> str:
     return f"{API_GROUP}/{version}" if f"{API_GROUP}/{version}" in API_VERSIONS else API_VERSIONS[0]
 
 
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_./-]+$")
+
+
 def _dotted(loc: Loc) -> str:
+    """`spec.modes[1]`; a key that is not a plain word is quoted, so the path stays one line."""
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        else:
+        elif _PLAIN_KEY.match(str(part)):
             out += ("." if out else "") + str(part)
+        else:
+            out += f"[{json.dumps(str(part), ensure_ascii=False)}]"
     return out
+
+
+def _printable(text: str) -> str:
+    """Text as it may appear inside a one-line message (control characters escaped)."""
+    return text if text.isprintable() else json.dumps(text, ensure_ascii=False)[1:-1]
 
 
 def _short(value: Any) -> str:

@@ -9,18 +9,39 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from pydantic.json_schema import GenerateJsonSchema
+
 from nodus.specs.base import Resource
 from nodus.specs.registry import KINDS
+from nodus.specs.types import format_duration
+
+
+class _NodusSchema(GenerateJsonSchema):
+    """Defaults written as people write them (`15m`, `"1.00"`), and no auto-made titles on fields."""
+
+    def encode_default(self, dft: Any) -> Any:
+        if isinstance(dft, timedelta):
+            return format_duration(dft)
+        if isinstance(dft, Decimal):
+            return format(dft, "f")
+        return super().encode_default(dft)
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def schema_for(cls: type[Resource]) -> dict[str, Any]:
     """The JSON Schema of one kind, as validated (camelCase names, required fields, bounds)."""
-    schema = cls.model_json_schema(by_alias=True, mode="validation")
+    schema = cls.model_json_schema(by_alias=True, mode="validation", schema_generator=_NodusSchema)
+    schema = cls.patch_json_schema(schema)
     return {
         "$schema": SCHEMA_DIALECT,
         "$id": f"https://nodus.dev/schemas/{cls.API_VERSION.split('/')[1]}/{cls.KIND.lower()}.json",

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Annotated, Any, Literal, Self
 
 import jsonschema
-
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
@@ -35,6 +34,7 @@ from nodus.specs.types import (
 
 Task = Literal["SFT", "Pretrain", "DPO", "ORPO", "KTO", "RewardModel", "GRPO", "Distill", "Evaluate"]
 Mode = Literal["Train", "Evaluate"]
+TRAIN_ONLY: tuple[Mode, ...] = ("Train",)
 Method = Literal["Full", "LoRA", "QLoRA"]
 PARAM_COUNT_RE = re.compile(r"^\d+(\.\d+)?[KMBT]$")
 
@@ -295,7 +295,7 @@ class TrainingRuntimeSpec(SpecModel):
     """How the command starts on each node."""
     tasks: Annotated[list[Task], Field(min_length=1)]
     """What it can train; the first is the default task."""
-    modes: Annotated[list[Mode], Field(min_length=1)] = Field(default_factory=lambda: ["Train"])
+    modes: Annotated[list[Mode], Field(min_length=1)] = Field(default_factory=lambda: list(TRAIN_ONLY))
     """Train, Evaluate or both."""
     environment_tasks: Literal["AttemptAPI"] | None = None
     """AttemptAPI: the runtime fetches Environment tasks through the attempt API (required for RL)."""
@@ -335,7 +335,8 @@ class TrainingRuntimeSpec(SpecModel):
         if error is not None:
             where = ".".join(str(p) for p in error.absolute_path) or "defaults"
             raise PydanticCustomError(
-                "defaults_schema", "defaults do not fit parameterSchema at {where}: {error}",
+                "defaults_schema",
+                "defaults do not fit parameterSchema at {where}: {error}",
                 {"where": where, "error": error.message},
             )
         return self

@@ -49,15 +49,26 @@ GPU_TYPE_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 DURATION_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+)s)?(?:(\d+)ms)?$")
 QUANTITY_RE = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|Pi|K|M|G|T|P)?$")
 QUANTITY_FACTORS = {
-    None: 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
+    None: 1,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
 }
 USD_RE = re.compile(r"^\d{1,12}(\.\d{1,6})?$")
 
 
 def _fail(code: str, message: str, value: Any) -> PydanticCustomError:
-    shown = value if not isinstance(value, str) or len(value) <= 80 else value[:77] + "..."
-    return PydanticCustomError(code, message + " (got {value!r})", {"value": shown})
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return PydanticCustomError(code, message + " (got {value})", {"value": shown})
 
 
 def _require_str(value: Any, what: str) -> str:
@@ -80,7 +91,7 @@ def check_dns_label(value: Any) -> str:
 
 def check_semver(value: Any) -> str:
     if isinstance(value, int | float) and not isinstance(value, bool):
-        raise _fail("semver", "must be a semantic version string such as \"1.0.0\" (quote it)", value)
+        raise _fail("semver", 'must be a semantic version string such as "1.0.0" (quote it)', value)
     text = _require_str(value, "a semantic version such as 1.0.0")
     if not SEMVER_RE.match(text):
         raise _fail("semver", "must be a semantic version such as 1.0.0", value)
@@ -126,14 +137,14 @@ def check_hf_uri(value: Any) -> str:
     if rev is None:
         raise PydanticCustomError(
             "model_revision",
-            "must pin the revision to a 40-character commit, like hf://{repo}@<commit> (got {value!r})",
-            {"repo": match.group("repo"), "value": text},
+            "must pin the revision to a 40-character commit, like hf://{repo}@<commit> (got {value})",
+            {"repo": match.group("repo"), "value": repr(text)},
         )
     if not COMMIT_RE.match(rev):
         raise PydanticCustomError(
             "model_revision",
-            "the revision must be a 40-character lowercase hex commit, not a branch or tag (got {rev!r})",
-            {"rev": rev},
+            "the revision must be a 40-character lowercase hex commit, not a branch or tag (got {rev})",
+            {"rev": repr(rev)},
         )
     return text
 
@@ -141,7 +152,11 @@ def check_hf_uri(value: Any) -> str:
 def check_image_ref(value: Any) -> str:
     text = _require_str(value, "an OCI image reference")
     if not IMAGE_RE.match(text):
-        raise _fail("image_ref", "must be an OCI image reference such as registry.example.com/acme/env@sha256:<64 hex>", value)
+        raise _fail(
+            "image_ref",
+            "must be an OCI image reference such as registry.example.com/acme/env@sha256:<64 hex>",
+            value,
+        )
     return text
 
 
@@ -160,7 +175,7 @@ def check_pip_name(value: Any) -> str:
 
 def check_pip_version(value: Any) -> str:
     if isinstance(value, int | float) and not isinstance(value, bool):
-        raise _fail("pip_version", "must be an exact version string such as \"1.0.0\" (quote it)", value)
+        raise _fail("pip_version", 'must be an exact version string such as "1.0.0" (quote it)', value)
     text = _require_str(value, "an exact package version")
     if not PIP_VERSION_RE.match(text):
         raise _fail("pip_version", "must be one exact version such as 1.0.0, not a range", value)
@@ -185,15 +200,15 @@ def parse_usd(value: Any) -> Decimal:
     """Money is a decimal string ("5.00"); integers are accepted, floats are not (they round)."""
     if isinstance(value, Decimal):
         return value
-    if isinstance(value, bool) or isinstance(value, float):
-        raise _fail("usd", "must be a decimal string such as \"5.00\" (quote it: floats round)", value)
+    if isinstance(value, bool | float):
+        raise _fail("usd", 'must be a decimal string such as "5.00" (quote it: floats round)', value)
     if isinstance(value, int):
         if value < 0:
             raise _fail("usd", "must not be negative", value)
         return Decimal(value)
-    text = _require_str(value, "an amount in US dollars such as \"5.00\"")
+    text = _require_str(value, 'an amount in US dollars such as "5.00"')
     if not USD_RE.match(text.strip()):
-        raise _fail("usd", "must be a non-negative decimal amount in US dollars such as \"5.00\"", value)
+        raise _fail("usd", 'must be a non-negative decimal amount in US dollars such as "5.00"', value)
     try:
         return Decimal(text.strip())
     except InvalidOperation as exc:  # pragma: no cover - the pattern above rules it out
@@ -238,7 +253,9 @@ def duration_between(low: str | None = None, high: str | None = None) -> Callabl
         if (lo is not None and value < lo) or (hi is not None and value > hi):
             bounds = f"between {low} and {high}" if lo and hi else (f"at least {low}" if lo else f"at most {high}")
             raise PydanticCustomError(
-                "duration_range", "must be {bounds} (got {value})", {"bounds": bounds, "value": format_duration(value)}
+                "duration_range",
+                "must be {bounds} (got {value})",
+                {"bounds": bounds, "value": format_duration(value)},
             )
         return value
 
@@ -270,7 +287,7 @@ def check_env(value: dict[str, str]) -> dict[str, str]:
     for name in value:
         if not ENV_NAME_RE.match(name):
             raise PydanticCustomError(
-                "env_name", "{name!r} is not a valid environment variable name", {"name": name}
+                "env_name", "{name} is not a valid environment variable name", {"name": repr(name)}
             )
         if name.startswith(RESERVED_ENV_PREFIXES) or name in RESERVED_ENV_NAMES:
             raise PydanticCustomError(
@@ -290,7 +307,11 @@ def _string_schema(pattern: str | None = None, **extra: Any) -> WithJsonSchema:
 
 
 DnsLabel = Annotated[str, BeforeValidator(check_dns_label), _string_schema(DNS_LABEL_RE.pattern, maxLength=63)]
-SemVer = Annotated[str, BeforeValidator(check_semver), _string_schema(r"^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$")]
+SemVer = Annotated[
+    str,
+    BeforeValidator(check_semver),
+    _string_schema(r"^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$"),
+]
 EnvironmentRef = Annotated[
     str,
     BeforeValidator(check_environment_ref),
@@ -311,7 +332,7 @@ USD = Annotated[
     Decimal,
     BeforeValidator(parse_usd),
     PlainSerializer(lambda d: format(d, "f"), return_type=str),
-    _string_schema(USD_RE.pattern, description="US dollars as a decimal string, e.g. \"5.00\""),
+    _string_schema(USD_RE.pattern, description='US dollars as a decimal string, e.g. "5.00"'),
 ]
 Duration = Annotated[
     timedelta,

@@ -66,14 +66,14 @@ MAX_VALUES = 100_000
 """Values one document may hold once aliases are expanded (stops 'billion laughs' documents)."""
 
 
-class _TooLarge(Exception):
+class _TooLargeError(Exception):
     pass
 
 
 def _build(node: yaml.Node, path: Path_, doc: Document) -> Any:
     doc.values[path] = _mark(node)
     if len(doc.values) > MAX_VALUES:
-        raise _TooLarge
+        raise _TooLargeError
     if isinstance(node, yaml.MappingNode):
         _constructor.flatten_mapping(node)  # resolves `<<` merge keys as SafeLoader would
         out: dict[Any, Any] = {}
@@ -105,7 +105,7 @@ def load_documents(text: str) -> list[Document]:
             doc = Document(index=index, position=_mark(node), data=None)
             try:
                 doc.data = _build(node, (), doc)
-            except _TooLarge:
+            except _TooLargeError:
                 raise YamlSyntaxError(
                     f"document has more than {MAX_VALUES} values once aliases are expanded", doc.position
                 ) from None
