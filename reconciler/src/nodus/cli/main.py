@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from nodus.cli import schema, validate, version
-from nodus.cli.console import err_console
+from nodus.cli.console import err_line
 from nodus.errors import NodusError
 
 
@@ -26,13 +26,12 @@ class NodusGroup(click.Group):
             return super().invoke(ctx)
         except NodusError as exc:
             lines = exc.lines()
-            err_console.print(f"[bold red]error:[/] {lines[0]}", highlight=False, soft_wrap=True)
-            for line in lines[1:]:
-                style = "dim" if line.startswith("hint:") else ""
-                err_console.print(line, style=style, highlight=False, soft_wrap=True)
+            err_line(click.style("error:", fg="red", bold=True) + " " + lines[0])
+            for text in lines[1:]:
+                err_line(text, dim=text.startswith("hint:"))
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
-            err_console.print("interrupted")
+            err_line("interrupted")
             ctx.exit(130)
 
 

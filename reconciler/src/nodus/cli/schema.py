@@ -8,20 +8,21 @@ from __future__ import annotations
 
 import click
 
-from nodus.cli.console import console
+from nodus.cli.console import line
 from nodus.errors import ConfigError
-from nodus.specs import KINDS, kind_for_name
-from nodus.specs.parse import suggest
-from nodus.specs.schema_export import render
 
 
 @click.command()
 @click.argument("kind", required=False)
 def schema(kind: str | None) -> None:
     """Print the JSON Schema of KIND (TrainingJob, tj, environment, ...); list kinds without one."""
+    from nodus.specs import KINDS, kind_for_name
+    from nodus.specs.parse import suggest
+    from nodus.specs.schema_export import render
+
     if kind is None:
         for cls in KINDS:
-            console.print(f"{cls.KIND:<18} {cls.API_VERSION:<18} {', '.join(cls.SHORT_NAMES[:2])}", markup=False)
+            line(f"{cls.KIND:<18} {cls.API_VERSION:<18} {', '.join(cls.SHORT_NAMES[:2])}")
         return
     chosen = kind_for_name(kind)
     if chosen is None:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import click
-from rich.table import Table
 
-from nodus.cli.console import console, print_json
-from nodus.specs import ParseResult, Problem, parse_resources
+from nodus.cli.console import line, print_json, rich_console
+
+if TYPE_CHECKING:
+    from nodus.specs import ParseResult
 
 
 @click.command()
@@ -34,6 +36,8 @@ def validate(paths: tuple[str, ...], fmt: str, strict: bool) -> None:
 
     PATH is a file, a folder (read recursively) or - for standard input.
     """
+    from nodus.specs import Problem, parse_resources  # imported here so `nodus --help` starts fast
+
     started = time.perf_counter()
     result = parse_resources(paths)
     if not result.resources and not result.errors:
@@ -73,10 +77,12 @@ def _as_json(result: ParseResult, elapsed: float, failed: bool) -> dict[str, obj
 
 def _print_text(result: ParseResult, elapsed: float, *, table: bool) -> None:
     for problem in result.errors:
-        console.print(f"[red]{problem}[/]" if console.is_terminal else str(problem), markup=console.is_terminal)
+        line(str(problem), fg="red")
     for problem in result.warnings:
-        console.print(f"warning: {problem}", style="yellow", markup=False)
+        line(f"warning: {problem}", fg="yellow")
     if table and result.resources:
+        from rich.table import Table
+
         grid = Table(show_edge=False, pad_edge=False, header_style="bold")
         for column in ("KIND", "NAME", "PROJECT", "FILE"):
             grid.add_column(column)
@@ -88,8 +94,8 @@ def _print_text(result: ParseResult, elapsed: float, *, table: bool) -> None:
                 res.metadata.project or "-",
                 f"{parsed.source.file}:{parsed.source.line}",
             )
-        console.print(grid)
-    console.print(_summary(result, elapsed), markup=False)
+        rich_console().print(grid)
+    line(_summary(result, elapsed), fg="red" if result.errors else "green")
 
 
 def _plural(count: int, word: str) -> str:

@@ -10,7 +10,7 @@ from importlib import metadata
 
 import click
 
-from nodus.cli.console import console, print_json
+from nodus.cli.console import line, print_json
 
 DISTRIBUTIONS = ("nodus", "nodus-specs", "nodus-build", "nodus-env", "nodus-runtimes")
 
@@ -33,7 +33,7 @@ def version(fmt: str) -> None:
     if fmt == "json":
         print_json({"python": platform.python_version(), "distributions": versions})
         return
-    console.print(f"nodus {versions['nodus'] or 'unknown'} (Python {platform.python_version()})", markup=False)
+    line(f"nodus {versions['nodus'] or 'unknown'} (Python {platform.python_version()})")
     for name, found in versions.items():
         if name != "nodus":
-            console.print(f"  {name:<15} {found or 'not installed'}", markup=False)
+            line(f"  {name:<15} {found or 'not installed'}")

@@ -70,28 +70,37 @@ class _TooLargeError(Exception):
     pass
 
 
+_STR_TAG = "tag:yaml.org,2002:str"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 def _build(node: yaml.Node, path: Path_, doc: Document) -> Any:
     doc.values[path] = _mark(node)
     if len(doc.values) > MAX_VALUES:
         raise _TooLargeError
+    if isinstance(node, yaml.ScalarNode):
+        # Most values are plain strings: skip the constructor's dispatch for them (the hot path).
+        return node.value if node.tag == _STR_TAG else _constructor.construct_object(node, deep=True)
+    if isinstance(node, yaml.SequenceNode):
+        return [_build(item, (*path, i), doc) for i, item in enumerate(node.value)]
     if isinstance(node, yaml.MappingNode):
-        _constructor.flatten_mapping(node)  # resolves `<<` merge keys as SafeLoader would
+        if any(key.tag == _MERGE_TAG for key, _ in node.value):
+            _constructor.flatten_mapping(node)  # resolves `<<` merge keys as SafeLoader would
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            key = _constructor.construct_object(key_node, deep=True)
-            if isinstance(key, list | dict):
+            if isinstance(key_node, yaml.ScalarNode):
+                key = key_node.value if key_node.tag == _STR_TAG else _constructor.construct_object(key_node)
+            else:
                 doc.problems.append((path, _mark(key_node), "a mapping key must be a plain value"))
                 continue
-            if not isinstance(key, str | int | float | bool) and key is not None:
+            if not isinstance(key, str | int):
                 key = str(key)
-            child = (*path, key if isinstance(key, str | int) else str(key))
+            child = (*path, key)
             if key in out:
                 doc.problems.append((child, _mark(key_node), f"duplicate key {key!r} (YAML would keep the last one)"))
             doc.keys[child] = _mark(key_node)
             out[key] = _build(value_node, child, doc)
         return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_build(item, (*path, i), doc) for i, item in enumerate(node.value)]
     return _constructor.construct_object(node, deep=True)
 
 
