@@ -21,7 +21,8 @@ setup: $(VENV)/.synced
 quickstart: setup
 	@echo "== nodus validate: every example repository under examples/"
 	@for dir in $$(find examples -name '*.yaml' -printf '%h\n' | sort -u); do \
-		printf '%-40s ' "$$dir"; $(NODUS) validate "$$dir" | tail -n 1 || exit 1; \
+		printf '%-40s ' "$$dir"; out=$$($(NODUS) validate "$$dir"); rc=$$?; \
+		echo "$$out" | tail -n 1; [ $$rc -eq 0 ] || { echo "$$out"; exit 1; }; \
 	done
 	@echo "== next: $(NODUS) validate PATH, $(NODUS) schema KIND (see README.md)"
 
