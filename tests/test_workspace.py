@@ -67,7 +67,7 @@ def test_wheels_hold_only_their_own_subpackage(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     wheels = {w.name.split("-")[0]: w for w in out.glob("*.whl")}
     assert set(wheels) == {"nodus_specs", "nodus_build", "nodus", "nodus_env", "nodus_runtimes"}
-    for name, wheel in wheels.items():
+    for wheel in wheels.values():
         files = [f for f in zipfile.ZipFile(wheel).namelist() if not f.split("/")[0].endswith(".dist-info")]
         assert "nodus/__init__.py" not in files
         assert all(f.startswith("nodus/") for f in files), files
