@@ -21,6 +21,13 @@ MAX_INPUT_BYTES = 256 * 1024
 Family = Literal["haiku", "sonnet", "opus", "fable"]
 
 
+def name_in_group(spec: Any) -> str | None:
+    """`<group>-<taskKey>` for a run's raw spec in a group, else None: the name such a run always has."""
+    if isinstance(spec, dict) and isinstance(spec.get("group"), str) and isinstance(spec.get("taskKey"), str):
+        return f"{spec['group']}-{spec['taskKey']}"
+    return None
+
+
 class AgentModel(SpecModel):
     """Which Claude the agent runs on and who pays for it."""
 
@@ -140,12 +147,10 @@ class AgentRun(Resource):
         """A run in a group may leave metadata.name out: it is `<group>-<taskKey>`."""
         if not isinstance(data, dict):
             return data
-        spec, meta = data.get("spec"), data.get("metadata")
-        if isinstance(spec, dict) and isinstance(spec.get("group"), str) and isinstance(spec.get("taskKey"), str):
-            if meta is None:
-                meta = {}
-            if isinstance(meta, dict) and "name" not in meta:
-                return {**data, "metadata": {**meta, "name": f"{spec['group']}-{spec['taskKey']}"}}
+        name = name_in_group(data.get("spec"))
+        meta = data.get("metadata") or {}
+        if name is not None and isinstance(meta, dict) and "name" not in meta:
+            return {**data, "metadata": {**meta, "name": name}}
         return data
 
     @model_validator(mode="after")

@@ -38,6 +38,16 @@ class SpecModel(BaseModel):
         regex_engine="python-re",
     )
 
+    def require_exactly_one(self, *names: str) -> None:
+        """Raise when not exactly one of these optional fields is set (the seeds' either-or choices)."""
+        fields = type(self).model_fields
+        chosen = [fields[n].alias or n for n in names if getattr(self, n) is not None]
+        if len(chosen) != 1:
+            spelled = [fields[n].alias or n for n in names]
+            listed = ", ".join(spelled[:-1]) + " or " + spelled[-1]
+            got = f" (got {', '.join(chosen)})" if chosen else ""
+            raise ValueError(f"set exactly one of {listed}{got}")
+
     def to_yaml_dict(self) -> dict[str, Any]:
         """The spec as a person writes it: camelCase, defaults left out, JSON-compatible values."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True)

@@ -67,8 +67,7 @@ class Distributed(Placement):
 
     @model_validator(mode="after")
     def _one_size(self) -> Self:
-        if (self.nodes is None) == (self.total_gpus is None):
-            raise ValueError("set exactly one of nodes or totalGPUs")
+        self.require_exactly_one("nodes", "total_gpus")
         return self
 
 

@@ -73,11 +73,7 @@ class Package(SpecModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> Self:
-        chosen = [name for name in ("pip", "image", "path") if getattr(self, name) is not None]
-        if len(chosen) != 1:
-            raise ValueError(
-                "set exactly one of pip, image or path" + (f" (got {', '.join(chosen)})" if chosen else "")
-            )
+        self.require_exactly_one("pip", "image", "path")
         return self
 
 

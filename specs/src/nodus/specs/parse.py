@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from nodus.errors import SpecError
-from nodus.specs.agent import AgentGroup, AgentRun
+from nodus.specs.agent import AgentGroup, AgentRun, name_in_group
 from nodus.specs.base import Loc, Resource
 from nodus.specs.registry import API_GROUP, API_VERSIONS, BY_KIND, KINDS
 from nodus.specs.yaml_source import Document, YamlSyntaxError, load_documents
@@ -180,12 +180,8 @@ def _name_of(data: dict[Any, Any]) -> str:
     name = meta.get("name") if isinstance(meta, dict) else None
     if isinstance(name, str) and name:
         return name
-    spec = data.get("spec")
-    if data.get("kind") == "AgentRun" and isinstance(spec, dict):
-        group, key = spec.get("group"), spec.get("taskKey")
-        if isinstance(group, str) and isinstance(key, str):
-            return f"{group}-{key}"
-    return "<unnamed>"
+    derived = name_in_group(data.get("spec")) if data.get("kind") == "AgentRun" else None
+    return derived or "<unnamed>"
 
 
 def _parse_document(doc: Document, file: str, explicit: bool, result: ParseResult) -> None:

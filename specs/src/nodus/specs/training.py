@@ -59,8 +59,7 @@ class ModelSource(SpecModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> Self:
-        if (self.uri is None) == (self.volume is None):
-            raise ValueError("set exactly one of uri or volume")
+        self.require_exactly_one("uri", "volume")
         if self.secret is not None and self.uri is None:
             raise ValueError("secret is only used with uri")
         return self

@@ -79,7 +79,7 @@ def _require_str(value: Any, what: str) -> str:
 
 def check_dns_label(value: Any) -> str:
     text = _require_str(value, "a DNS label")
-    if len(text) > 63 or not DNS_LABEL_RE.match(text):
+    if not is_dns_label(text):
         raise _fail(
             "dns_label",
             "must be a DNS label: lowercase letters, digits and '-', starting and ending with a letter "
@@ -98,21 +98,23 @@ def check_semver(value: Any) -> str:
     return text
 
 
-def split_project(text: str) -> tuple[str | None, str]:
-    """`project/name` -> (project, name); `name` -> (None, name)."""
-    project, sep, name = text.rpartition("/")
-    return (project if sep else None), name
+def is_dns_label(text: str) -> bool:
+    return len(text) <= 63 and bool(DNS_LABEL_RE.match(text))
+
+
+def is_name_ref(text: str) -> bool:
+    """`name` or `project/name`, each part a DNS label."""
+    project, sep, name = text.partition("/")
+    return is_dns_label(name) and is_dns_label(project) if sep else is_dns_label(text)
 
 
 def check_environment_ref(value: Any) -> str:
     text = _require_str(value, "an environment reference [project/]name@version")
     ref, sep, version = text.partition("@")
-    project, name = split_project(ref)
     form = "must be [project/]name@version, for example nodus/gsm8k@1.0.0"
     if not sep:
         raise _fail("environment_ref", form + ": the version is required", value)
-    labels = [name] if project is None else [project, name]
-    if any(len(x) > 63 or not DNS_LABEL_RE.match(x) for x in labels) or "/" in (project or ""):
+    if not is_name_ref(ref):
         raise _fail("environment_ref", form + " with DNS-label names", value)
     if not SEMVER_RE.match(version):
         raise _fail("environment_ref", form + ": the version must be semantic (1.0.0)", value)
@@ -121,9 +123,7 @@ def check_environment_ref(value: Any) -> str:
 
 def check_project_name_ref(value: Any) -> str:
     text = _require_str(value, "a reference [project/]name")
-    project, name = split_project(text)
-    labels = [name] if project is None else [project, name]
-    if any(len(x) > 63 or not DNS_LABEL_RE.match(x) for x in labels) or "/" in (project or ""):
+    if not is_name_ref(text):
         raise _fail("name_ref", "must be [project/]name with DNS-label parts, for example nodus/grpo-lora", value)
     return text
 

@@ -27,8 +27,7 @@ class VolumeSource(SpecModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> Self:
-        if (self.uri is None) == (self.path is None):
-            raise ValueError("set exactly one of uri or path")
+        self.require_exactly_one("uri", "path")
         if self.secret is not None and self.uri is None:
             raise ValueError("secret is only used with uri")
         return self
