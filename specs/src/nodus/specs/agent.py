@@ -148,7 +148,8 @@ class AgentRun(Resource):
         if not isinstance(data, dict):
             return data
         name = name_in_group(data.get("spec"))
-        meta = data.get("metadata") or {}
+        meta = data.get("metadata")
+        meta = {} if meta is None else meta
         if name is not None and isinstance(meta, dict) and "name" not in meta:
             return {**data, "metadata": {**meta, "name": name}}
         return data
