@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from nodus.cli import schema, validate, version
+from nodus.cli import env, schema, validate, version
 from nodus.cli.console import err_line
 from nodus.errors import NodusError
 
@@ -47,6 +47,7 @@ def cli() -> None:
 cli.add_command(validate.validate)
 cli.add_command(schema.schema)
 cli.add_command(version.version)
+cli.add_command(env.env_group)
 
 
 def main() -> None:

@@ -33,7 +33,9 @@ def _parser() -> argparse.ArgumentParser:
     grade = commands.add_parser("grade", help="grade {taskId, completion} lines from stdin, one line out each")
     grade.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per task (default 30)")
     commands.add_parser("info", help="name, version, adapter, split sizes, reward type, packages")
-    commands.add_parser("selfcheck", help="grade a gold answer and an empty reply per split")
+    check = commands.add_parser("selfcheck", help="grade gold answers, an empty reply and fixture cases")
+    check.add_argument("--gold", type=int, default=1, help="tasks per split whose gold answer must be Correct")
+    check.add_argument("--fixtures", default=None, help="JSONL fixture cases to grade (see README)")
     return parser
 
 
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "info":
         out.write(json.dumps(env.info(), indent=2, sort_keys=True) + "\n")
     else:
-        report = selfcheck(env)
+        report = selfcheck(env, gold=args.gold, fixtures=_read_fixtures(args.fixtures))
         out.write(json.dumps(report, indent=2, sort_keys=True) + "\n")
         return 0 if report["ok"] else 1
     out.flush()
@@ -94,43 +96,79 @@ def _grade_stream(env: Environment, timeout_s: float, out: IO[str]) -> None:
         out.flush()
 
 
-def selfcheck(env: Environment, timeout_s: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
-    """Per split: a gold answer must be Correct; an empty reply must not crash (InvalidOutput or Incorrect)."""
+def _read_fixtures(path: str | None) -> list[dict[str, Any]]:
+    if not path:
+        return []
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def selfcheck(
+    env: Environment, *, gold: int = 1, fixtures: list[dict[str, Any]] | None = None, timeout_s: float = DEFAULT_TIMEOUT
+) -> dict[str, Any]:
+    """The contract's self-check.
+
+    Per split: the gold answers of the first `gold` tasks must be Correct; an empty reply must not crash
+    (InvalidOutput or Incorrect). Each fixture case (`{"case", "split", "index", "completion", "verdict",
+    "reward"}`, index into the list the environment returns) must give its verdict and reward.
+    """
     checks: list[dict[str, Any]] = []
     for split in ("train", "test"):
         tasks = env.tasks(split)
         if not tasks:
             checks.append({"split": split, "check": "has tasks", "ok": False, "detail": "the split is empty"})
             continue
-        task = tasks[0]
-        raw = _raw(task)
-        verdicts = [
-            env.grade_line({"taskId": task.task_id, "completion": c}, timeout_s)
-            for c in env.adapter.gold_completions(raw)
-        ]
-        gold_ok = any(v["verdict"] == contract.CORRECT for v in verdicts)
+        wrong = []
+        for task in tasks[: max(gold, 1)]:
+            verdicts = [
+                env.grade_line({"taskId": task.task_id, "completion": c}, timeout_s)["verdict"]
+                for c in env.adapter.gold_completions(_raw(task))
+            ]
+            if contract.CORRECT not in verdicts:
+                wrong.append({"taskId": task.task_id, "verdicts": verdicts})
         checks.append(
             {
                 "split": split,
-                "check": "gold answer is Correct",
-                "ok": gold_ok,
-                "taskId": task.task_id,
-                "detail": [v["verdict"] for v in verdicts],
+                "check": f"gold answers of {min(max(gold, 1), len(tasks))} tasks are Correct",
+                "ok": not wrong,
+                "detail": wrong,
             }
         )
-        empty = env.grade_line({"taskId": task.task_id, "completion": ""}, timeout_s)
-        empty_ok = empty["verdict"] in (contract.INVALID_OUTPUT, contract.INCORRECT)
+        first = tasks[0]
+        empty = env.grade_line({"taskId": first.task_id, "completion": ""}, timeout_s)
         checks.append(
             {
                 "split": split,
                 "check": "empty reply is InvalidOutput or Incorrect",
-                "ok": empty_ok,
-                "taskId": task.task_id,
+                "ok": empty["verdict"] in (contract.INVALID_OUTPUT, contract.INCORRECT),
+                "taskId": first.task_id,
                 "detail": empty["verdict"],
-                **({"message": empty["evidence"].get("message")} if not empty_ok else {}),
             }
         )
+    for number, case in enumerate(fixtures or [], start=1):
+        checks.append(_fixture_check(env, number, case, timeout_s))
     return {"ok": all(c["ok"] for c in checks), "checks": checks, "info": env.info()}
+
+
+def _fixture_check(env: Environment, number: int, case: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    name = f"fixture {number} ({case.get('case', 'unnamed')})"
+    task = env.by_index(str(case.get("split")), int(case.get("index", -1)))
+    if task is None:
+        return {"check": name, "ok": False, "detail": f"no task at {case.get('split')}[{case.get('index')}]"}
+    result = env.grade_line({"taskId": task.task_id, "completion": case.get("completion", "")}, timeout_s)
+    expected = (case.get("verdict"), case.get("reward"))
+    got = (result["verdict"], result["reward"])
+    ok = got[0] == expected[0] and (expected[1] is None or (got[1] is not None and abs(got[1] - expected[1]) < 1e-9))
+    return {
+        "check": name,
+        "ok": ok,
+        "taskId": task.task_id,
+        "detail": {
+            "expected": expected,
+            "got": got,
+            **({"message": result["evidence"]["message"]} if "message" in result["evidence"] else {}),
+        },
+    }
 
 
 def _raw(task: contract.Task) -> Any:

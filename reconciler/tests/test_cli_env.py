@@ -1,0 +1,69 @@
+"""`nodus env init | test | describe` on a scaffolded package and on broken ones."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from nodus.cli.main import cli
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_scaffold_passes_its_own_test_and_describes_itself(tmp_path: Path) -> None:
+    folder = tmp_path / "spell"
+    code, out, _ = run("env", "init", "spell", "--dir", str(folder))
+    assert code == 0 and "5 files written" in out
+    code, out, _ = run("env", "test", str(folder), "-o", "json")
+    report = json.loads(out)
+    assert code == 0 and report["ok"] is True, report
+    names = [c["name"] for c in report["checks"]]
+    assert "train and test share no prompt" in names
+    assert "grading is deterministic across two fresh processes" in names
+    assert sum(n.split(" ")[1].isdigit() for n in names if n.startswith("fixture ")) == 3
+    code, out, _ = run("env", "describe", str(folder), "-o", "json")
+    described = json.loads(out)
+    assert code == 0
+    assert described["splits"] == {"train": 32, "test": 8}
+    assert described["graders"]["adapter"] == "module"
+    assert described["sampleTask"]["prompt"].startswith("Spell the word backwards")
+    assert described["license"] == "Apache-2.0"
+
+
+def test_init_is_idempotent_and_never_overwrites(tmp_path: Path) -> None:
+    folder = tmp_path / "spell"
+    assert run("env", "init", "spell", "--dir", str(folder))[0] == 0
+    code, out, _ = run("env", "init", "spell", "--dir", str(folder))
+    assert code == 0 and "nothing changed" in out
+    (folder / "README.md").write_text("mine\n")
+    code, _, err = run("env", "init", "spell", "--dir", str(folder))
+    assert code == 1
+    assert "README.md exists and differs from the scaffold; nothing was written" in err
+    assert (folder / "README.md").read_text() == "mine\n"
+
+
+def test_a_broken_reward_fails_the_test(tmp_path: Path) -> None:
+    folder = tmp_path / "spell"
+    run("env", "init", "spell", "--dir", str(folder))
+    module = folder / "spell_env.py"
+    module.write_text(module.read_text().replace("return 1.0 if found[-1].lower() == answer else 0.0", "return 'yes'"))
+    code, out, _ = run("env", "test", str(folder))
+    assert code == 1
+    assert "✗ train gold answers of 20 tasks are Correct" in out
+    assert "failed" in out.strip().splitlines()[-1]
+
+
+def test_errors_name_the_file(tmp_path: Path) -> None:
+    code, _, err = run("env", "test", str(tmp_path))
+    assert code == 1 and "no environment.yaml here" in err
+    (tmp_path / "environment.yaml").write_text(
+        "apiVersion: nodus.dev/v1\nkind: Environment\nmetadata: {name: e}\n"
+        "spec: {version: 1.0.0, package: {pip: {name: e, version: 1.0.0}}}\n"
+    )
+    code, _, err = run("env", "test", str(tmp_path))
+    assert code == 1 and "only a local path package can be tested in place" in err
