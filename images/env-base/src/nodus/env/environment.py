@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from importlib import metadata as importlib_metadata
 from typing import Any
 
@@ -35,7 +33,7 @@ class Environment:
         self.settings = settings
         self.isolation = isolation
         self._tasks: dict[str, list[Task]] | None = None
-        self._by_id: dict[str, Task] = {}
+        self._by_id: dict[str, tuple[Task, RawTask]] = {}
 
     # --- tasks ---------------------------------------------------------------------------------------
 
@@ -59,14 +57,20 @@ class Environment:
                 task_id = splits.task_id(split, raw.prompt, raw.metadata)
                 kept.append(Task(task_id, split, raw.prompt, raw.answer, dict(raw.metadata), index))
             out[split] = kept
-        self._by_id = {t.task_id: t for split in SPLITS for t in out[split]}
+        # Graders look tasks up per line: keep the adapter's view of each one ready.
+        self._by_id = {t.task_id: (t, RawTask(t.prompt, t.answer, t.metadata)) for s in SPLITS for t in out[s]}
         return out
 
     def ordered(self, split: str, seed: int) -> list[Task]:
         return splits.seeded_order(self.tasks(split), self.settings.name, self.settings.version, split, seed)
 
     def find(self, task_id: str) -> Task | None:
-        self.tasks("train")
+        found = self._lookup(task_id)
+        return found[0] if found else None
+
+    def _lookup(self, task_id: str) -> tuple[Task, RawTask] | None:
+        if self._tasks is None:
+            self._tasks = self._materialise()
         return self._by_id.get(task_id)
 
     def by_index(self, split: str, index: int) -> Task | None:
@@ -79,36 +83,31 @@ class Environment:
         """One `{"taskId", "completion" | "turns"}` request -> one result line (never raises)."""
         started = time.perf_counter()
         task_id = line.get("taskId") if isinstance(line, dict) else None
+        found = self._lookup(task_id) if isinstance(task_id, str) else None
         extra: dict[str, Any] = {}
+        answer: str | None = None
         if not isinstance(task_id, str):
             outcome = contract.failure('malformed line: expected {"taskId", "completion"}')
-        elif (task := self.find(task_id)) is None:
+        elif found is None:
             outcome = contract.failure(f"unknown taskId {task_id!r}")
         elif isinstance(line.get("turns"), list) and all(isinstance(t, str) for t in line["turns"]):
-            outcome, extra = self._step(task, line["turns"], timeout_s)
-        elif isinstance(line.get("completion"), str):
-            outcome = self._reward(task, line["completion"], timeout_s)
-            answer = self.adapter.extracted(line["completion"])
-            if answer is not None:
-                extra["_answer"] = answer
+            outcome, extra = self._step(found[1], line["turns"], timeout_s)
+        elif isinstance(completion := line.get("completion"), str):
+            raw = found[1]
+            outcome = self._guarded(lambda: self.adapter.reward(completion, raw), timeout_s)
+            answer = self.adapter.extracted(completion)
         else:
             outcome = contract.failure("malformed line: 'completion' must be a string or 'turns' a list of strings")
         evidence: dict[str, Any] = {"durationMs": round((time.perf_counter() - started) * 1000, 3)}
         if outcome.message:
             evidence["message"] = outcome.message
-        if "_answer" in extra:
-            evidence["answer"] = extra.pop("_answer")[:2000]
+        if answer is not None:
+            evidence["answer"] = answer[:2000]
         if self.isolation != "uid":
             evidence["isolation"] = self.isolation
-        result = {"taskId": task_id, "verdict": outcome.verdict, "reward": outcome.reward, "evidence": evidence}
-        return {**result, **extra}
+        return {"taskId": task_id, "verdict": outcome.verdict, "reward": outcome.reward, "evidence": evidence, **extra}
 
-    def _reward(self, task: Task, completion: str, timeout_s: float | None) -> Outcome:
-        raw = RawTask(task.prompt, task.answer, task.metadata)
-        return self._guarded(lambda: self.adapter.reward(completion, raw), timeout_s)
-
-    def _step(self, task: Task, turns: list[str], timeout_s: float | None) -> tuple[Outcome, dict[str, Any]]:
-        raw = RawTask(task.prompt, task.answer, task.metadata)
+    def _step(self, raw: RawTask, turns: list[str], timeout_s: float | None) -> tuple[Outcome, dict[str, Any]]:
         box: dict[str, Any] = {}
 
         def run() -> Any:
@@ -122,13 +121,21 @@ class Environment:
         return outcome, {"next": box.get("next"), "done": box.get("done", True)}
 
     def _guarded(self, function: Any, timeout_s: float | None) -> Outcome:
+        # A per-task alarm for Python code (the host kills graders that hang in C code). The handler is
+        # installed once: re-installing it per line cost more than most rewards.
+        armed = bool(timeout_s and timeout_s > 0)
+        if armed:
+            _install_alarm()
+            signal.setitimer(signal.ITIMER_REAL, timeout_s)  # type: ignore[arg-type]
         try:
-            with _time_limit(timeout_s):
-                value = function()
+            value = function()
         except GradeTimeoutError:
             return contract.failure(f"reward took longer than {timeout_s:g}s")
         except Exception as exc:
             return contract.failure(f"reward raised {type(exc).__name__}: {str(exc)[:300]}")
+        finally:
+            if armed:
+                signal.setitimer(signal.ITIMER_REAL, 0)
         return contract.classify(value)
 
     # --- description -----------------------------------------------------------------------------------
@@ -146,23 +153,17 @@ class Environment:
         }
 
 
-@contextmanager
-def _time_limit(seconds: float | None) -> Iterator[None]:
-    """SIGALRM-based limit for Python code (the host kills graders that hang in C code)."""
-    if not seconds or seconds <= 0:
-        yield
-        return
+_ALARM = {"installed": False}
 
-    def expire(signum: int, frame: Any) -> None:
-        raise GradeTimeoutError
 
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+def _install_alarm() -> None:
+    if not _ALARM["installed"]:
+
+        def expire(signum: int, frame: Any) -> None:
+            raise GradeTimeoutError
+
+        signal.signal(signal.SIGALRM, expire)
+        _ALARM["installed"] = True
 
 
 def _packages() -> dict[str, str]:
