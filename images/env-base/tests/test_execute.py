@@ -11,7 +11,7 @@ import pytest
 from nodus.env.execute import run_function
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching to the runner uid needs root")
-RUNNER_UID = 10002
+RUNNER_UID = int(os.environ.get("NODUS_RUNNER_UID", "10002"))
 
 
 def alive(uid: int) -> list[str]:

@@ -14,6 +14,7 @@ from importlib import metadata as importlib_metadata
 from typing import Any
 
 from nodus.env import contract, splits
+from nodus.env import evidence as evidence_notes
 from nodus.env.adapters import Adapter, RawTask, adapt
 from nodus.env.contract import Outcome, Task
 from nodus.env.loader import Settings, load
@@ -82,6 +83,7 @@ class Environment:
     def grade_line(self, line: Any, timeout_s: float | None = None) -> dict[str, Any]:
         """One `{"taskId", "completion" | "turns"}` request -> one result line (never raises)."""
         started = time.perf_counter()
+        evidence_notes.begin()
         task_id = line.get("taskId") if isinstance(line, dict) else None
         found = self._lookup(task_id) if isinstance(task_id, str) else None
         extra: dict[str, Any] = {}
@@ -98,7 +100,10 @@ class Environment:
             answer = self.adapter.extracted(completion)
         else:
             outcome = contract.failure("malformed line: 'completion' must be a string or 'turns' a list of strings")
-        evidence: dict[str, Any] = {"durationMs": round((time.perf_counter() - started) * 1000, 3)}
+        evidence: dict[str, Any] = {
+            **evidence_notes.collect(),
+            "durationMs": round((time.perf_counter() - started) * 1000, 3),
+        }
         if outcome.message:
             evidence["message"] = outcome.message
         if answer is not None:

@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import resource
+import secrets
 import select
 import shutil
 import signal
@@ -32,8 +33,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from nodus.env import evidence
 
 # Not `nobody`: the runner uid's processes are all killed after each run, so it must be nodus's own.
 DEFAULT_RUNNER_UID = 10002
@@ -113,17 +117,27 @@ def run_function(
     request = {"source": source, "function": function, "calls": calls}
     limits = Limits(timeout_s, memory_mb, output_limit)
     if _spawner is not None:
-        return _ask_spawner(_spawner, request, limits)
-    uid = int(os.environ.get("NODUS_RUNNER_UID", DEFAULT_RUNNER_UID)) if os.geteuid() == 0 else None
-    return launch(request, limits, uid)
+        result = _ask_spawner(_spawner, request, limits)
+    else:
+        uid = int(os.environ.get("NODUS_RUNNER_UID", DEFAULT_RUNNER_UID)) if os.geteuid() == 0 else None
+        result = launch(request, limits, uid)
+    # The verdict's evidence says how the code ran: isolation, status, exit code, time.
+    evidence.note(
+        execution={
+            "isolation": result.isolation,
+            "status": result.status,
+            "exitCode": result.exit_code,
+            "durationMs": round(result.duration_s * 1000, 3),
+        }
+    )
+    return result
 
 
 def launch(request: dict[str, Any], limits: Limits, uid: int | None) -> ExecutionResult:
     """Start one runner (as `uid` when given), feed it the request, collect its result within the limits."""
-    workdir = tempfile.mkdtemp(prefix="nodus-run-")
-    if uid is not None:
-        os.chown(workdir, uid, uid)
-    os.chmod(workdir, 0o700)
+    # The working folder is made, entered and removed by the runner's own uid: the spawner keeps only the
+    # SETUID, SETGID and KILL capabilities, so it can neither chown a folder nor enter one it does not own.
+    workdir = os.path.join(tempfile.gettempdir(), f"nodus-run-{secrets.token_hex(8)}")
     result_r, result_w = os.pipe()
     started = time.monotonic()
     python = _runner_python(uid)
@@ -133,16 +147,15 @@ def launch(request: dict[str, Any], limits: Limits, uid: int | None) -> Executio
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            cwd=workdir,
             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir},
             pass_fds=(result_w,),
             close_fds=True,
-            preexec_fn=_child_setup(limits, uid),
+            preexec_fn=_child_setup(limits, uid, workdir),
         )
-    except OSError as exc:
+    except (OSError, subprocess.SubprocessError) as exc:
         os.close(result_r)
         os.close(result_w)
-        shutil.rmtree(workdir, ignore_errors=True)
+        _remove_workdir(workdir, uid)
         return ExecutionResult("killed", errors=[f"could not start the runner: {exc}"], isolation=_isolation(uid))
     os.close(result_w)
     try:
@@ -150,7 +163,23 @@ def launch(request: dict[str, Any], limits: Limits, uid: int | None) -> Executio
     finally:
         _kill_everything(proc, uid)
         os.close(result_r)
+        _remove_workdir(workdir, uid)
+
+
+def _remove_workdir(workdir: str, uid: int | None) -> None:
+    """Remove the runner's folder as the uid that owns it (a short-lived child when that is another uid)."""
+    if uid is None or uid == os.geteuid():
         shutil.rmtree(workdir, ignore_errors=True)
+        return
+    child = os.fork()
+    if child == 0:
+        try:
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            shutil.rmtree(workdir, ignore_errors=True)
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
 
 
 def _runner_python(uid: int | None) -> str:
@@ -173,7 +202,7 @@ def _isolation(uid: int | None) -> str:
     return "uid" if uid is not None else "same-uid"
 
 
-def _child_setup(limits: Limits, uid: int | None) -> Any:
+def _child_setup(limits: Limits, uid: int | None, workdir: str) -> Any:
     cpu = max(1, int(limits.timeout_s) + 1)
     memory = limits.memory_mb * 1024 * 1024
 
@@ -192,6 +221,8 @@ def _child_setup(limits: Limits, uid: int | None) -> Any:
             os.setresuid(uid, uid, uid)
         elif os.geteuid() != 0:
             resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES + _own_processes(), resource.RLIM_INFINITY))
+        os.mkdir(workdir, 0o700)
+        os.chdir(workdir)
 
     return setup
 
@@ -379,7 +410,12 @@ def _serve(conn: socket.socket, runner_uid: int) -> None:
         if request is None:  # the grader went away
             return
         limits = Limits(**request.pop("limits"))
-        _send(conn, asdict(launch(request, limits, runner_uid)))
+        try:
+            result = launch(request, limits, runner_uid)
+        except Exception as exc:  # say why on stderr (the grader's log) and answer, rather than vanish
+            traceback.print_exc(file=sys.stderr)
+            result = ExecutionResult("killed", errors=[f"the spawner failed: {type(exc).__name__}: {exc}"])
+        _send(conn, asdict(result))
 
 
 def _ask_spawner(conn: socket.socket, request: dict[str, Any], limits: Limits) -> ExecutionResult:

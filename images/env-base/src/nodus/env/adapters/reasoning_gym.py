@@ -9,12 +9,10 @@ object brings what it needs.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from nodus.env.adapters.base import RawTask, StepResult
-
-ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+from nodus.env.answers import last_answer
 
 
 def accepts(obj: Any) -> bool:
@@ -23,8 +21,8 @@ def accepts(obj: Any) -> bool:
 
 def extract_answer(completion: str) -> str:
     """The last `<answer>...</answer>` of a completion, or the whole completion without one."""
-    found = ANSWER_TAG.findall(completion)
-    return found[-1].strip() if found else completion
+    found = last_answer(completion)
+    return found.strip() if found is not None else completion
 
 
 class ReasoningGymAdapter:
