@@ -32,6 +32,7 @@ test: setup
 
 bench: setup
 	$(VENV)/bin/python bench/validate.py
+	$(VENV)/bin/python bench/grading.py
 
 schemas: setup
 	$(VENV)/bin/python -m nodus.specs.schema_export
