@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from nodus.specs import Environment, parse_resources
 SPEC_NAMES = ("environment.yaml", "environment.yml")
 FIXTURES = "fixtures.jsonl"
 REQUIRED_CASES = ("full-reward", "zero-reward", "malformed")
+SPLITS = ("train", "test")
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,13 @@ class EnvPackage:
             check=False,
         )
 
+    def run_many(
+        self, commands: list[tuple[str, ...]], stdin: str | None = None
+    ) -> list[subprocess.CompletedProcess[str]]:
+        """Several `run`s at once (separate processes), results in the order of `commands`."""
+        with ThreadPoolExecutor(max_workers=len(commands)) as pool:
+            return list(pool.map(lambda args: self.run(*args, stdin=stdin), commands))
+
     def info(self) -> dict[str, Any]:
         result = self.run("info")
         if result.returncode != 0:
@@ -144,9 +153,10 @@ def check_package(
     splits = json.loads(info.stdout)["splits"]
     add(Check("the environment loads", all(splits.values()), f"train {splits['train']}, test {splits['test']} tasks"))
     prompts: dict[str, set[str]] = {}
-    for split in ("train", "test"):
-        first = package.run("tasks", "--split", split, "--seed", str(seed))
-        second = package.run("tasks", "--split", split, "--seed", str(seed))
+    # The four task listings (two processes per split) are independent: run them side by side.
+    listings = package.run_many([("tasks", "--split", split, "--seed", str(seed)) for split in SPLITS for _ in (1, 2)])
+    for index, split in enumerate(SPLITS):
+        first, second = listings[2 * index], listings[2 * index + 1]
         same = first.returncode == 0 and first.stdout == second.stdout
         add(
             Check(
@@ -196,6 +206,8 @@ def _selfcheck(package: EnvPackage, gold: int, add: Callable[[Check], None]) -> 
     ]
     if lines:
         stdin = "\n".join(lines) + "\n"
+        # One after the other: completion code runs as NODUS_RUNNER_UID, whose processes are all killed after
+        # each run, so two graders sharing that uid at once would kill each other's runners.
         runs = [package.run("grade", stdin=stdin) for _ in range(2)]
         verdicts = [[(v["verdict"], v["reward"]) for v in map(json.loads, r.stdout.splitlines())] for r in runs]
         add(
