@@ -24,7 +24,8 @@ quickstart: setup
 		printf '%-40s ' "$$dir"; out=$$($(NODUS) validate "$$dir"); rc=$$?; \
 		echo "$$out" | tail -n 1; [ $$rc -eq 0 ] || { echo "$$out"; exit 1; }; \
 	done
-	@echo "== next: $(NODUS) validate PATH, $(NODUS) schema KIND (see README.md)"
+	@printf '%-40s ' catalog; $(NODUS) validate catalog | tail -n 1
+	@echo "== next: $(NODUS) env test catalog/arithmetic, $(NODUS) validate PATH, $(NODUS) schema KIND (see README.md)"
 
 # pytest exits 5 when it collected nothing; that is not a failure of the checks themselves.
 test: setup

@@ -11,4 +11,6 @@ from __future__ import annotations
 import os
 
 worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-os.environ.setdefault("NODUS_RUNNER_UID", str(10100 + int(worker.removeprefix("gw") or 0)))
+# The pid keeps two test runs on one host (two checkouts, a developer and CI) apart as well.
+# Set, not defaulted: xdist workers inherit the controller's environment, and each needs its own value.
+os.environ["NODUS_RUNNER_UID"] = str(10100 + (os.getpid() * 7 + int(worker.removeprefix("gw") or 0)) % 5000)

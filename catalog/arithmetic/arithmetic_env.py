@@ -12,12 +12,12 @@ and parses the integer with string methods, a few microseconds a completion.
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 from typing import Any
 
 from nodus.env.answers import last_answer
+from nodus.env.tasklists import generated_once
 
 SEED = 20_000
 TRAIN_SIZE = 5000
@@ -94,18 +94,8 @@ def _generate() -> dict[str, list[dict[str, Any]]]:
     return {"test": made[:TEST_SIZE], "train": made[TEST_SIZE:]}
 
 
-_CACHE: dict[str, str] = {}
-
-
-def tasks(split: str) -> list[dict[str, Any]]:
-    """The tasks of `train` (5000) or `test` (500), always the same ones in the same order."""
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test' (got {split!r})")
-    if not _CACHE:
-        _CACHE.update({name: json.dumps(items) for name, items in _generate().items()})
-    # Decoded afresh on every call: a caller that edits a task changes only its own copy.
-    result: list[dict[str, Any]] = json.loads(_CACHE[split])
-    return result
+# The tasks of `train` (5000) or `test` (500), always the same ones in the same order.
+tasks = generated_once(_generate)
 
 
 def _score_integer(text: str, answer: int) -> float | None:

@@ -12,7 +12,6 @@ in the answer only so that a self-check has a known Correct completion.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import sys
@@ -20,6 +19,7 @@ from itertools import combinations
 from typing import Any
 
 from nodus.env.answers import last_answer
+from nodus.env.tasklists import generated_once
 
 SEED = 10_000
 TRAIN_SIZE = 2000
@@ -79,18 +79,8 @@ def _generate() -> dict[str, list[dict[str, Any]]]:
     return {"test": made[:TEST_SIZE], "train": made[TEST_SIZE:]}
 
 
-_CACHE: dict[str, str] = {}
-
-
-def tasks(split: str) -> list[dict[str, Any]]:
-    """The tasks of `train` (2000) or `test` (200), always the same ones in the same order."""
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test' (got {split!r})")
-    if not _CACHE:
-        _CACHE.update({name: json.dumps(items) for name, items in _generate().items()})
-    # Decoded afresh on every call: a caller that edits a task (or its graph) changes only its own copy.
-    result: list[dict[str, Any]] = json.loads(_CACHE[split])
-    return result
+# The tasks of `train` (2000) or `test` (200), always the same ones in the same order.
+tasks = generated_once(_generate)
 
 
 def _parse_colouring(text: str) -> list[int] | None:

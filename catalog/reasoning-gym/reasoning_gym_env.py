@@ -23,6 +23,7 @@ from typing import Any
 import reasoning_gym
 
 from nodus.env.answers import last_answer
+from nodus.env.tasklists import generated_once
 
 # family -> seed. Changing a seed or a size changes the tasks: publish a new version then.
 FAMILIES: dict[str, int] = {
@@ -82,18 +83,8 @@ def _unique(items: list[dict[str, Any]], exclude: set[str]) -> list[dict[str, An
     return kept
 
 
-_CACHE: dict[str, str] = {}
-
-
-def tasks(split: str) -> list[dict[str, Any]]:
-    """The tasks of `train` or `test` (sizes in the README), always the same ones in the same order."""
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test' (got {split!r})")
-    if not _CACHE:
-        _CACHE.update({name: json.dumps(items) for name, items in _generate().items()})
-    # Decoded afresh on every call: a caller that edits a task (or its nested entry) changes only its copy.
-    result: list[dict[str, Any]] = json.loads(_CACHE[split])
-    return result
+# The tasks of `train` or `test` (sizes in the README), always the same ones in the same order.
+tasks = generated_once(_generate)
 
 
 def extract_answer(completion: str) -> str:
