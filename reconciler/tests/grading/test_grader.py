@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from nodus.reconciler.grading.grader import Grader
+from nodus.reconciler.grading.grader import START_WINDOW, Grader
 from nodus.reconciler.grading.models import GradeRequest, Verdict
 
 MakeGrader = Callable[..., Grader]
@@ -76,6 +76,34 @@ def test_a_grader_that_dies_mid_stream_fails_only_its_unanswered_lines_and_resta
 def test_window_one_blames_only_the_line_that_killed_the_grader(make_grader: MakeGrader) -> None:
     verdicts = _grade(make_grader(window=1), "right", "exit:3", "right", "right")
     assert _names(verdicts) == ["Correct", "InfrastructureFailure", "Correct", "Correct"]
+
+
+def test_a_grader_that_cannot_start_gets_few_lines_whatever_the_window(make_grader: MakeGrader) -> None:
+    grader = make_grader("--fail-at-start", window=64, crash_loop_limit=2)
+    requests = iter([(i, GradeRequest(f"t{i}", "right")) for i in range(40)])
+    results = list(grader.grade(requests))
+    assert [key for key, _ in results] == list(range(2 * START_WINDOW)), "each start blames only its first lines"
+    assert next(requests)[0] == 2 * START_WINDOW
+
+
+def test_a_grader_that_answers_gets_more_lines_in_flight_up_to_the_window(make_grader: MakeGrader) -> None:
+    # Ten lines follow the one that kills the grader: how many of them it had shows the window it had.
+    completions = ["right"] * 40 + ["exit:1"] + ["right"] * 10
+    grown = _names(_grade(make_grader(window=64), *completions))
+    capped = _names(_grade(make_grader(window=8), *completions))
+    for names in (grown, capped):
+        assert names[:40] == ["Correct"] * 40 and names[40] == "InfrastructureFailure"
+        failed = names.count("InfrastructureFailure")
+        assert names[40 + failed :] == ["Correct"] * (11 - failed), "the lines after them went to a fresh grader"
+    assert grown.count("InfrastructureFailure") > START_WINDOW  # it grew past the start window
+    assert capped.count("InfrastructureFailure") == 8  # and never past `window`
+
+
+def test_a_slow_grader_keeps_only_a_few_lines_in_flight(make_grader: MakeGrader) -> None:
+    # Lines held by a slow grader would wait behind it while other graders run out of work.
+    completions = ["sleep:0.05"] * 6 + ["exit:1"] + ["right"] * 10
+    names = _names(_grade(make_grader(window=64), *completions))
+    assert names == ["Incorrect"] * 6 + ["InfrastructureFailure"] * START_WINDOW + ["Correct"] * (11 - START_WINDOW)
 
 
 def test_a_line_over_its_timeout_is_failed_and_the_grader_killed_and_restarted(make_grader: MakeGrader) -> None:

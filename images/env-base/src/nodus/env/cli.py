@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import IO, Any
 
 from nodus.env import contract
@@ -21,6 +22,13 @@ from nodus.env.loader import LoadError
 from nodus.env.privileges import drop_privileges
 
 DEFAULT_TIMEOUT = float(os.environ.get("NODUS_GRADING_TIMEOUT", "30"))
+
+# The C scanner under `json.loads` (one JSON value from a position, no whitespace handling around it). It is
+# set up by `JSONDecoder.__init__`, which typeshed does not declare.
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+# `contract.dumps` itself: its encoder is built once (`json.dumps` with arguments builds one per call,
+# which cost about as much as encoding a reply).
+_encode_reply = contract.LINE_ENCODER.encode
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -82,7 +90,7 @@ def _grade_stream(env: Environment, timeout_s: float, out: IO[str]) -> None:
         if not raw.strip():
             continue
         try:
-            line: Any = json.loads(raw)
+            line: Any = _decode_request(raw)
         except json.JSONDecodeError as exc:
             result = {
                 "taskId": None,
@@ -92,8 +100,24 @@ def _grade_stream(env: Environment, timeout_s: float, out: IO[str]) -> None:
             }
         else:
             result = env.grade_line(line, timeout_s)
-        out.write(contract.dumps(result) + "\n")
+        out.write(_encode_reply(result) + "\n")
         out.flush()
+
+
+def _decode_request(raw: bytes) -> Any:
+    """`json.loads(raw)`, taking a shortcut for the usual line: UTF-8, a JSON value, then the newline.
+
+    `json.loads` on bytes first guesses their encoding, then skips whitespace around the value, which costs
+    more than the parse itself. Any other line goes to `json.loads` itself, errors included.
+    """
+    try:
+        text = raw.decode()
+        value, end = _SCAN(text, 0)
+        if end == len(text) - 1 and text[end] == "\n":
+            return value
+    except (ValueError, StopIteration):  # StopIteration: no JSON value starts at position 0
+        pass
+    return json.loads(raw)
 
 
 def _read_fixtures(path: str | None) -> list[dict[str, Any]]:

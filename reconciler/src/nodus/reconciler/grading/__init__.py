@@ -9,8 +9,10 @@ Who uses it: the job supervisor and the attempt API (`POST .../tasks`, `POST ...
     sandbox    pure: the argv of a grader in container or process mode
     staging    process mode: environment files copied for the grader uid (0700), once per content
     launcher   host facts (runtime, root, user namespaces, image digests) -> sandbox commands
-    process    one running sandbox: non-blocking lines in and out, kill of the whole sandbox
-    grader     one long-lived grader: timeouts, crashes, restarts; exactly one verdict per line
+    process    one running sandbox: lines in and out through non-blocking pipes, no threads; kill of it all
+    wire       the protocol's bytes: a request line out, a reply line in (hashed into the evidence)
+    grader     one long-lived grader: a window of lines in flight, timeouts, crashes, restarts; exactly one
+               verdict per line
     pool       the graders of one (environment, job), at most max_parallel, runner uids
     service    GradingService: tasks, grade, close, idle reaping
 """
