@@ -4,20 +4,25 @@
 interpreter, its standard library and each library `ldd` lists, reached through the same symlinks as on
 the host (`/lib -> usr/lib`, sonames -> versioned files), so symlinks in layers are exercised for real.
 `need_tool("skopeo")` skips a test with the package to install when a tool is missing.
+`golden_dir`, `catalog_dir`, `golden_inputs` and `make_environment` serve the planning tests.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nodus.builder.layers import Entry, tree_entries
+from nodus.specs.environment import Environment
+from nodus.specs.parse import parse_text
 
 PYTHON = Path("/usr/bin/python3.11")
 STDLIB = Path("/usr/lib/python3.11")
@@ -96,3 +101,49 @@ def python_rootfs() -> dict[str, Entry]:
         _host_path_entries(library, entries)
     entries["tmp"] = Entry.directory(mode=0o1777)
     return entries
+
+
+# Planning and nodus.lock ---------------------------------------------------------------------------------
+
+BUILDER_ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = BUILDER_ROOT / "tests" / "golden"
+CATALOG = BUILDER_ROOT.parent / "catalog"
+
+
+@pytest.fixture
+def golden_dir() -> Path:
+    """builder/tests/golden: inputs.json and one planned BuildSpec per catalog Environment."""
+    return GOLDEN
+
+
+@pytest.fixture
+def catalog_dir() -> Path:
+    """The repository's catalog: one folder per Environment, each with its environment.yaml."""
+    return CATALOG
+
+
+@pytest.fixture
+def golden_inputs(golden_dir: Path) -> dict[str, Any]:
+    """The fixed fake base image, requirements and builder version the golden plans are made from."""
+    data: dict[str, Any] = json.loads((golden_dir / "inputs.json").read_text(encoding="utf-8"))
+    return data
+
+
+@pytest.fixture
+def make_environment() -> Callable[..., Environment]:
+    """`make_environment(package={"path": "."}, name="demo", version="1.0.0")`: a validated Environment."""
+
+    def make(package: dict[str, Any] | None = None, *, name: str = "demo", version: str = "1.0.0") -> Environment:
+        document = {
+            "apiVersion": "nodus.dev/v1",
+            "kind": "Environment",
+            "metadata": {"name": name},
+            "spec": {"version": version, "package": package or {"path": "."}},
+        }
+        result = parse_text(json.dumps(document))
+        result.raise_for_errors()
+        environment = result.resources[0].resource
+        assert isinstance(environment, Environment)
+        return environment
+
+    return make
