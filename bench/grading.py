@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from timing import median_seconds
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "catalog" / "arithmetic"
@@ -47,15 +46,6 @@ def _completions() -> tuple[Any, list[tuple[Any, str, Any]]]:
     return env, items
 
 
-def _median(fn: Callable[[], object]) -> float:
-    times = []
-    for _ in range(RUNS):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def _service_rate(mode: str, env_ref: Any, items: list[tuple[Any, str, Any]], stage: Path) -> tuple[float, float]:
     """(gradings per second after warm-up, seconds for the warm-up batch that started the graders)."""
     from nodus.reconciler.grading import GradingService, GradingSettings
@@ -71,7 +61,7 @@ def _service_rate(mode: str, env_ref: Any, items: list[tuple[Any, str, Any]], st
         def grade() -> None:
             verdicts[:] = service.grade("bench", env_ref, requests)
 
-        seconds = _median(grade)
+        seconds = median_seconds(grade, RUNS)
     wrong = sum(v.verdict != ("Correct" if i % 2 else "Incorrect") for i, v in enumerate(verdicts))
     if wrong:
         raise SystemExit(f"{mode} mode gave {wrong} wrong verdicts")
@@ -84,11 +74,15 @@ def main() -> int:
     module = env.adapter.obj  # type: ignore[attr-defined]
     rows: list[tuple[str, float | None, str]] = []
 
-    rate = COUNT / _median(lambda: [module.reward(c, a) for _, c, a in items])
+    rate = COUNT / median_seconds(lambda: [module.reward(c, a) for _, c, a in items], RUNS)
     rows.append(("baseline: reward() in process", rate, ""))
     lines = [{"taskId": t.task_id, "completion": c} for t, c, _ in items]
     rows.append(
-        ("nodus-env grade_line in process", COUNT / _median(lambda: [env.grade_line(x, 30) for x in lines]), "")
+        (
+            "nodus-env grade_line in process",
+            COUNT / median_seconds(lambda: [env.grade_line(x, 30) for x in lines], RUNS),
+            "",
+        )
     )
 
     from nodus.reconciler.grading import EnvironmentRef

@@ -18,17 +18,16 @@ measured in the same run. The goal is under one second for the whole set through
 from __future__ import annotations
 
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 from rich.console import Console
 from rich.table import Table
+from timing import median_seconds
 
 from nodus.specs import parse_resources
 
@@ -60,15 +59,6 @@ def write_corpus(root: Path) -> int:
     return count
 
 
-def median_seconds(fn: Callable[[], object]) -> float:
-    times = []
-    for _ in range(RUNS):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def main() -> int:
     console = Console()
     with tempfile.TemporaryDirectory(prefix="nodus-bench-") as tmp:
@@ -98,10 +88,10 @@ def main() -> int:
 
             return run
 
-        rows = [("baseline: PyYAML C loader", median_seconds(baseline))]
-        rows.append(("parse_resources (in process)", median_seconds(in_process)))
-        rows.append(("nodus validate (new process)", median_seconds(cli(with_cache))))
-        rows.append(("nodus validate, no bytecode cache", median_seconds(cli(no_cache))))
+        rows = [("baseline: PyYAML C loader", median_seconds(baseline, RUNS))]
+        rows.append(("parse_resources (in process)", median_seconds(in_process, RUNS)))
+        rows.append(("nodus validate (new process)", median_seconds(cli(with_cache), RUNS)))
+        rows.append(("nodus validate, no bytecode cache", median_seconds(cli(no_cache), RUNS)))
 
     table = Table(title=f"Validating {total} resources in {FILES} files (median of {RUNS})")
     for column in ("what", "seconds", "resources/s", "x baseline"):
