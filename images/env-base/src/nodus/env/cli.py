@@ -146,7 +146,7 @@ def selfcheck(
         for task in tasks[: max(gold, 1)]:
             verdicts = [
                 env.grade_line({"taskId": task.task_id, "completion": c}, timeout_s)["verdict"]
-                for c in env.adapter.gold_completions(_raw(task))
+                for c in env.adapter.gold_completions(env.adapter_task(task))
             ]
             if contract.CORRECT not in verdicts:
                 wrong.append({"taskId": task.task_id, "verdicts": verdicts})
@@ -193,12 +193,6 @@ def _fixture_check(env: Environment, number: int, case: dict[str, Any], timeout_
             **({"message": result["evidence"]["message"]} if "message" in result["evidence"] else {}),
         },
     }
-
-
-def _raw(task: contract.Task) -> Any:
-    from nodus.env.adapters import RawTask
-
-    return RawTask(task.prompt, task.answer, task.metadata)
 
 
 if __name__ == "__main__":

@@ -65,9 +65,11 @@ class Environment:
     def ordered(self, split: str, seed: int) -> list[Task]:
         return splits.seeded_order(self.tasks(split), self.settings.name, self.settings.version, split, seed)
 
-    def find(self, task_id: str) -> Task | None:
-        found = self._lookup(task_id)
-        return found[0] if found else None
+    def adapter_task(self, task: Task) -> RawTask:
+        """The adapter's view of `task` (what reward, step and gold_completions take)."""
+        found = self._lookup(task.task_id)
+        assert found is not None  # every Task comes from this environment's own lists
+        return found[1]
 
     def _lookup(self, task_id: str) -> tuple[Task, RawTask] | None:
         if self._tasks is None:

@@ -237,12 +237,9 @@ class SandboxProcess:
 
     def _read_stdout(self) -> None:
         assert self._stdout is not None
-        try:
-            chunk = os.read(self._stdout, READ_CHUNK_BYTES)
-        except BlockingIOError:
+        chunk = _read_available(self._stdout)
+        if chunk is None:
             return
-        except OSError:
-            chunk = b""
         if not chunk:
             if self._partial:  # a last line without newline, then EOF
                 self._lines.append(bytes(self._partial))
@@ -278,12 +275,9 @@ class SandboxProcess:
 
     def _read_stderr(self) -> None:
         assert self._stderr_fd is not None
-        try:
-            chunk = os.read(self._stderr_fd, READ_CHUNK_BYTES)
-        except BlockingIOError:
+        chunk = _read_available(self._stderr_fd)
+        if chunk is None:
             return
-        except OSError:
-            chunk = b""
         if not chunk:
             self._poll.unregister(self._stderr_fd)
             self._stderr_fd = None
@@ -330,3 +324,13 @@ def _pidfd(pid: int) -> int | None:
         return os.pidfd_open(pid)
     except (AttributeError, OSError):  # an old kernel: `wait` polls for the exit instead
         return None
+
+
+def _read_available(fd: int) -> bytes | None:
+    """What a non-blocking pipe holds now: None when nothing yet, b"" at its end (or when it broke)."""
+    try:
+        return os.read(fd, READ_CHUNK_BYTES)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
