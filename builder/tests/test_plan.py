@@ -69,7 +69,7 @@ def test_golden_files_hold_what_the_image_needs(golden_dir: Path) -> None:
     assert arithmetic["image"]["env"]["NODUS_ENVIRONMENT_LOADER"] == "arithmetic_env:load_environment"
     assert arithmetic["image"]["env"]["HF_DATASETS_OFFLINE"] == "1"
     assert arithmetic["image"]["labels"]["org.opencontainers.image.base.digest"] == arithmetic["base"]["digest"]
-    assert (arithmetic["splits"], arithmetic["seeds"]) == (["train", "test"], [0])
+    assert (arithmetic["splits"], arithmetic["seeds"]) == (["train", "test"], [0, 42])
     # Fields an Environment may change in place never reach the image.
     assert "Apache" not in json.dumps(arithmetic) and "description" not in json.dumps(arithmetic)
 
@@ -114,7 +114,7 @@ def test_same_inputs_give_the_same_key_and_json(make_environment: MakeEnvironmen
         {"requirements": LockedRequirements.of([])},
         {"builder_version": "0.2.0"},
         {"sources": {Path("/specs/demo"): "sha256:" + "11" * 32}},
-        {"seeds": (0, 42)},
+        {"seeds": (0, 7)},
         {"splits": ("test",)},
     ],
 )
@@ -144,7 +144,7 @@ def test_path_package_resolves_relative_to_the_spec_and_needs_its_digest(make_en
     shared = make_environment({"path": "../shared", "loader": "shared_env:load_eval"})
     build = _plan(shared, sources={Path("/specs/shared"): SOURCE})
     assert build.package.to_dict() == {"kind": "path", "digest": SOURCE}
-    assert build.manifests == ("train/0", "test/0")
+    assert build.manifests == ("train/0", "train/42", "test/0", "test/42")
     with pytest.raises(BuildError, match="/specs/shared"):
         _plan(shared, sources={})
 

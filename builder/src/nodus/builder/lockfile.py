@@ -7,6 +7,9 @@ reconciler's Environment controller (later) reads the image digests from it.
 The file is YAML, kept in git beside the specs and reviewed like them:
 
     lockfileVersion: 1
+    base:                      # the base image every environment is built on
+      reference: nodus/env-base:0.1.0
+      digest: sha256:...
     environments:
       arithmetic@2.0.0:
         image: sha256:...        # the image's manifest digest: what a published version *is*
@@ -94,6 +97,14 @@ class LockEntry:
         return value
 
 
+@dataclass(frozen=True)
+class BaseEntry:
+    """The base image nodus.lock pins: every environment image is built on exactly this digest."""
+
+    reference: str
+    digest: str
+
+
 @dataclass
 class Lock:
     """A `nodus.lock` file in memory; `save` writes it back with comments and order kept."""
@@ -176,6 +187,28 @@ class Lock:
             self.document["environments"] = environments
         assert isinstance(environments, CommentedMap)  # _check refused anything else at load
         return environments
+
+    def base(self) -> BaseEntry | None:
+        """The base image pinned by `base:` (reference and digest), or None before the first build."""
+        value = self.document.get("base")
+        if value is None:
+            return None
+        if not isinstance(value, Mapping) or not _DIGEST.fullmatch(str(value.get("digest", ""))):
+            raise ConfigError(f"{self._where(self.document, 'base')}: base must be a mapping with a sha256 digest")
+        return BaseEntry(str(value.get("reference", "")), str(value["digest"]))
+
+    def record_base(self, reference: str, digest: str) -> None:
+        """Pins the base image every environment is built on (kept above `environments`)."""
+        if not _DIGEST.fullmatch(digest):
+            raise ConfigError(f"base digest {digest!r} is not a sha256 digest")
+        current = self.document.get("base")
+        if isinstance(current, CommentedMap):
+            current["reference"], current["digest"] = reference, digest
+            return
+        position = (
+            list(self.document.keys()).index("environments") if "environments" in self.document else len(self.document)
+        )
+        self.document.insert(position, "base", CommentedMap([("reference", reference), ("digest", digest)]))
 
     def get(self, name: str, version: str) -> LockEntry | None:
         """The entry for name@version, or None when it was never built."""

@@ -463,3 +463,75 @@ def _strings(value: object, what: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise BuildError(f"{what} is not a list of strings")
     return list(value)
+
+
+def tag_manifest(layout: Path, tag: str, descriptor: Descriptor) -> None:
+    """Point `tag` at the manifest `descriptor` names, which must be in the layout already.
+
+    For manifests written outside `write_image`: an artifact attached to an image (its provenance, under the
+    referrers fallback tag `sha256-<hex>.att`) or a manifest copied from a registry. Other tags stay.
+    """
+    check_tag(tag)
+    # A tag must never name a blob the layout lacks: skopeo and podman would fail on it much later.
+    path = blob_path(layout, descriptor.digest)
+    if not path.is_file() or path.stat().st_size != descriptor.size:
+        raise BuildError(f"cannot tag {tag}: manifest {descriptor.digest} ({descriptor.size} bytes) is not in {layout}")
+    _set_tag(layout, tag, descriptor)
+
+
+# -- for the registry client (nodus.builder.registry) ----------------------------------------------
+
+
+def write_blob_chunks(layout: Path, chunks: Iterator[bytes], expected: Descriptor, *, source: str) -> None:
+    """Store a blob that arrives in pieces (a download) without holding it whole in memory.
+
+    Bytes that do not hash to `expected.digest`, or are not `expected.size` long, are never stored; the
+    error names `source` (where they came from). Stops reading as soon as there are too many bytes.
+    """
+    init_layout(layout)
+    target = blob_path(layout, expected.digest)
+    hasher, size = hashlib.sha256(), 0
+    with _temporary(layout) as (handle, temporary):
+        for chunk in chunks:
+            size += len(chunk)
+            if size > expected.size:
+                raise BuildError(f"blob {expected.digest} from {source} is longer than its {expected.size} bytes")
+            hasher.update(chunk)
+            handle.write(chunk)
+        got = f"sha256:{hasher.hexdigest()}"
+        if size != expected.size or got != expected.digest:
+            raise BuildError(
+                f"blob {expected.digest} from {source} does not match: {size} bytes hashing to {got}, "
+                f"expected {expected.size} bytes"
+            )
+        _publish(handle, temporary, target)
+
+
+# -- for the build step (nodus.builder.build) -------------------------------------------------------
+
+
+def remove_tag(layout: Path, tag: str) -> None:
+    """Drop `tag` from index.json (its blobs stay: other tags may share them). A missing tag is no error."""
+    with _locked(layout):
+        index = _read_index(layout)
+        entries = [entry for entry in _manifest_entries(index, layout) if _ref_name(entry) != tag]
+        index["manifests"] = entries
+        _write_atomic(layout, layout / "index.json", canonical_json(index))
+
+
+def tagged(layout: Path, tag: str) -> str | None:
+    """The manifest digest `tag` names in the layout, or None (no layout, no such tag)."""
+    if not (layout / "index.json").exists():
+        return None
+    for entry in _manifest_entries(_read_index(layout), layout):
+        if _ref_name(entry) == tag:
+            return str(entry.get("digest"))
+    return None
+
+
+def tags_of(layout: Path, digest: str) -> list[str]:
+    """Every tag in the layout that names the manifest `digest`, sorted."""
+    if not (layout / "index.json").exists():
+        return []
+    entries = _manifest_entries(_read_index(layout), layout)
+    return sorted(name for entry in entries if entry.get("digest") == digest and (name := _ref_name(entry)))

@@ -45,7 +45,16 @@ JSONObject = dict[str, Any]
 
 ENVIRONMENT_PATH = "/opt/environment"
 """Where a path package's files are installed in the image (`NODUS_ENVIRONMENT_PATH`)."""
-DEFAULT_SEEDS: tuple[int, ...] = (0,)
+SITE_PACKAGES_PATH = "/opt/nodus/site-packages"
+"""Where the locked requirements (and a pip package) are installed (on `PYTHONPATH`)."""
+DATA_PATH = "/opt/nodus/data"
+"""`HF_HOME`: the datasets the environment loaded at build time, read offline when grading."""
+MANIFESTS_PATH = "/opt/nodus/manifests"
+"""The task manifests, `<split>/<seed>.jsonl` (prompts and metadata, never answers)."""
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Seed 0 is the specs' default and 42 the one the documentation's examples use; a job that asks for another
+# seed has its manifests made at first use (by the reconciler) and reused after that.
+DEFAULT_SEEDS: tuple[int, ...] = (0, 42)
 DEFAULT_SPLITS: tuple[str, ...] = ("train", "test")
 
 # What a package folder holds that is never part of the package: caches, version control, a local
@@ -238,11 +247,14 @@ def plan(
     sources: Mapping[Path, str] | None = None,
     seeds: Sequence[int] = DEFAULT_SEEDS,
     splits: Sequence[str] = DEFAULT_SPLITS,
+    extra_env: Mapping[str, str] | None = None,
 ) -> BuildSpec:
     """The BuildSpec of `environment`, whose file is in `spec_dir`.
 
     `sources` maps package folders (as `package_folder` gives them) to their `source_digest`; only a path
-    package needs its folder's entry. Two Environments sharing a folder share its digest.
+    package needs its folder's entry. Two Environments sharing a folder share its digest. `extra_env` adds
+    variables to the image (`nodus-build --env`, e.g. where a package finds data shipped in its folder); it
+    may not replace the ones nodus sets.
     """
     name, spec = environment.metadata.name, environment.spec
     package = spec.package
@@ -282,7 +294,16 @@ def plan(
         # Datasets are frozen into the image at build time; a grader must never fetch at grading time.
         "HF_HUB_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
+        "HF_HOME": DATA_PATH,
+        "PYTHONPATH": SITE_PACKAGES_PATH,
     }
+    for variable, value in sorted((extra_env or {}).items()):
+        if not _ENV_NAME.fullmatch(variable) or variable in env:
+            raise ConfigError(
+                f"plan {name}@{spec.version}: image variable {variable!r} is not a name nodus leaves to packages",
+                hint=f"nodus sets {', '.join(sorted(env))}; pick another name",
+            )
+        env[variable] = value
     # No licence or description labels: both may change in place (UPDATABLE_IN_PLACE), an image may not.
     # No `created` label either: the build fixes the config's `created` from SOURCE_DATE_EPOCH.
     labels = {

@@ -208,23 +208,34 @@ def _child_setup(limits: Limits, uid: int | None, workdir: str) -> Any:
 
     def setup() -> None:  # runs in the child between fork and exec
         os.setsid()
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_OPEN_FILES, MAX_OPEN_FILES))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        _lower(resource.RLIMIT_CPU, cpu)
+        _lower(resource.RLIMIT_AS, memory)
+        _lower(resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT)
+        _lower(resource.RLIMIT_NOFILE, MAX_OPEN_FILES)
+        _lower(resource.RLIMIT_CORE, 0)
         if uid is not None:
             # RLIMIT_NPROC binds only non-root uids, so it is set for the runner uid, never for root.
-            resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
+            _lower(resource.RLIMIT_NPROC, MAX_PROCESSES)
             os.setgroups([])
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
         elif os.geteuid() != 0:
-            resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES + _own_processes(), resource.RLIM_INFINITY))
+            _lower(resource.RLIMIT_NPROC, MAX_PROCESSES + _own_processes())
         os.mkdir(workdir, 0o700)
         os.chdir(workdir)
 
     return setup
+
+
+def _lower(limit: int, value: int) -> None:
+    """Set both limits to `value`, or to the hard limit already in force when that is lower.
+
+    A process that is not root may lower its hard limit but never raise it: in a container started with
+    `--ulimit nproc=1000:1000` asking for more (or for unlimited) fails, and with it the runner's start.
+    """
+    _, hard = resource.getrlimit(limit)
+    bound = value if hard == resource.RLIM_INFINITY else min(value, hard)
+    resource.setrlimit(limit, (bound, bound))
 
 
 def _own_processes() -> int:

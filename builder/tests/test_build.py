@@ -1,0 +1,253 @@
+"""nodus-build end to end: the catalog into real images, twice; republishing refused; push, pull, prebuilt images.
+
+These tests need podman (each build runs its freeze and check steps in a sandbox) and a base image, which the
+session fixture `base_reference` makes once with mmdebstrap (about a minute on a fresh machine, cached after).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodus.builder import provenance, registry
+from nodus.builder.cli import main as nodus_build
+from nodus.builder.lockfile import Lock
+from nodus.builder.oci import read_image, tagged
+from nodus.builder.store import Store
+
+pytestmark = [pytest.mark.podman, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+GSM8K_DATA = json.dumps({"train": "/opt/environment/data/train.jsonl", "test": "/opt/environment/data/test.jsonl"})
+PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
+RUN = [*PODMAN, "run", "--rm", "--network=none", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1000:1000"]
+
+
+def copy_catalog(target: Path) -> Path:
+    """The catalog without its development tests, in a git repository of its own (a project)."""
+    shutil.copytree(REPO / "catalog", target / "catalog", ignore=shutil.ignore_patterns("tests", "__pycache__"))
+    return target / "catalog"
+
+
+def run_build(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    """`nodus-build ARGS --json` in process: its exit status and parsed JSON output."""
+    with pytest.raises(SystemExit) as exited:
+        nodus_build([*args, "--json"])
+    out = capsys.readouterr().out
+    return int(exited.value.code or 0), json.loads(out)
+
+
+def build_args(paths: list[Path], project: Path, base: str) -> list[str]:
+    return [
+        *(str(p) for p in paths),
+        "--network",
+        "none",
+        "--base",
+        base,
+        "--env",
+        f"gsm8k:NODUS_GSM8K_DATA_FILES={GSM8K_DATA}",
+        "--lock",
+        str(project / "nodus.lock"),
+        "--state-dir",
+        str(project / ".nodus"),
+    ]
+
+
+def in_image(layout: Path, tag: str, *command: str) -> str:
+    result = subprocess.run(
+        [*RUN, "--user", "10001:10001", "--entrypoint", "/bin/sh", f"oci:{layout}:{tag}", "-c", " ".join(command)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+@pytest.fixture
+def podman_layout(tmp_path: Path) -> Callable[[Path], Path]:
+    """podman names `oci:` images after the layout path, which must be a plain lower-case name: link one."""
+
+    def link(layout: Path) -> Path:
+        named = tmp_path / "layout-link"
+        named.unlink(missing_ok=True)
+        named.symlink_to(layout, target_is_directory=True)
+        return named
+
+    return link
+
+
+def test_catalog_builds_reproducibly_and_every_tool_accepts_the_images(
+    tmp_path: Path,
+    base_reference: str,
+    need_tool: Callable[[str], str],
+    capsys: pytest.CaptureFixture[str],
+    podman_layout: Callable[[Path], Path],
+) -> None:
+    need_tool("skopeo")
+    need_tool("umoci")
+    first, second = tmp_path / "first", tmp_path / "second"
+    digests: list[dict[str, str]] = []
+    for project in (first, second):
+        catalog = copy_catalog(project)
+        code, output = run_build(capsys, *build_args([catalog], project, base_reference))
+        assert code == 0, output
+        assert {row["status"] for row in output["results"]} == {"built"}, output
+        digests.append({row["name"]: row["image"] for row in output["results"]})
+    names = {p.parent.name for p in (REPO / "catalog").glob("*/environment.yaml")}
+    assert set(digests[0]) == names
+    # Two builds from empty stores, caches and locks: the same bytes.
+    assert digests[0] == digests[1]
+
+    # A rebuild with nothing changed does nothing.
+    code, output = run_build(capsys, *build_args([first / "catalog"], first, base_reference))
+    assert code == 0 and {row["status"] for row in output["results"]} == {"cached"}
+
+    store = Store(first / ".nodus")
+    lock = Lock.load(first / "nodus.lock")
+    layout = podman_layout(store.images)
+    for name, digest in digests[0].items():
+        entry = lock.get(name, "2.0.0" if name == "arithmetic" else "1.0.0")
+        assert entry is not None and entry.image == digest
+        tag = f"env-{name}-{'2.0.0' if name == 'arithmetic' else '1.0.0'}"
+        inspected = json.loads(
+            subprocess.run(
+                ["skopeo", "inspect", f"oci:{store.images}:{tag}"], capture_output=True, text=True, check=True
+            ).stdout
+        )
+        assert inspected["Digest"] == digest
+        assert inspected["Labels"]["dev.nodus.splits.test"] == str(entry.splits["test"])
+        subprocess.run(["umoci", "stat", "--image", f"{store.images}:{tag}"], capture_output=True, check=True)
+        info = json.loads(in_image(layout, tag, "nodus-env", "info"))
+        assert info["name"] == name and info["splits"] == entry.splits
+        # The tasks the image gives offline are the manifest stored with it, byte for byte.
+        tasks = in_image(layout, tag, "nodus-env", "tasks", "--split", "test", "--seed", "42")
+        assert tasks.encode() == store.manifest(entry.manifests["test/42"])
+        assert "answer" not in tasks.splitlines()[0]
+        # Provenance sits beside the image and names it.
+        envelope = provenance.find(store.images, digest)
+        assert envelope is not None
+        statement = provenance.statement_of(envelope)
+        assert statement["subject"][0]["digest"]["sha256"] == digest.removeprefix("sha256:")
+
+
+def test_a_changed_byte_is_a_new_digest_and_refused_at_the_same_version(
+    tmp_path: Path, base_reference: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    catalog = copy_catalog(tmp_path)
+    spec = catalog / "arithmetic" / "environment.yaml"
+    args = build_args([spec], tmp_path, base_reference)
+    code, output = run_build(capsys, *args)
+    assert code == 0
+    old = output["results"][0]["image"]
+
+    module = catalog / "arithmetic" / "arithmetic_env.py"
+    module.write_bytes(module.read_bytes() + b"#")
+    code, output = run_build(capsys, *args)
+    row = output["results"][0]
+    assert code == 1 and row["status"] == "failed"
+    assert f"is published as image {old}" in row["error"] and "sha256:" in row["error"].split("gives")[1]
+    assert "new spec.version" in row["hint"]
+    assert Lock.load(tmp_path / "nodus.lock").get("arithmetic", "2.0.0").image == old  # type: ignore[union-attr]
+    assert tagged(Store(tmp_path / ".nodus").images, "env-arithmetic-2.0.0") == old
+
+    # --check sees it too, without building.
+    code, output = run_build(capsys, *args, "--check")
+    assert code == 1 and output["results"][0]["status"] == "stale"
+
+    spec.write_text(spec.read_text().replace("version: 2.0.0", "version: 2.0.1"))
+    code, output = run_build(capsys, *args)
+    assert code == 0 and output["results"][0]["image"] not in ("", old)
+
+
+@pytest.mark.registry
+def test_push_and_pull_back_by_digest_keeps_it(
+    tmp_path: Path,
+    base_reference: str,
+    local_registry: str,
+    need_tool: Callable[[str], str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    need_tool("skopeo")
+    catalog = copy_catalog(tmp_path)
+    args = build_args([catalog / "arithmetic"], tmp_path, base_reference)
+    code, output = run_build(capsys, *args, "--push", f"{local_registry}/nodus/envs")
+    assert code == 0, output
+    row = output["results"][0]
+    assert row["pushed"] == f"{local_registry}/nodus/envs@{row['image']}"
+    inspected = subprocess.run(
+        ["skopeo", "inspect", "--tls-verify=false", f"docker://{row['pushed']}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(inspected.stdout)["Digest"] == row["image"]
+    pulled = tmp_path / "pulled"
+    registry.pull(registry.RegistryRef.parse(f"{local_registry}/nodus/envs"), row["image"], pulled, tag="back")
+    assert read_image(pulled, "back").ref.manifest_digest == row["image"]
+    # The provenance went with it, under the referrers fallback tag.
+    attestation = provenance.attestation_tag(row["image"])
+    digest = registry.resolve_tag(registry.RegistryRef.parse(f"{local_registry}/nodus/envs"), attestation)
+    registry.pull(registry.RegistryRef.parse(f"{local_registry}/nodus/envs"), digest, pulled, tag=attestation)
+    assert provenance.find(pulled, row["image"]) is not None
+
+
+@pytest.mark.registry
+def test_a_hand_built_image_is_accepted_as_package_image(
+    tmp_path: Path, base_reference: str, local_registry: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An image made with podman from a Containerfile (not by nodus-build) that implements the contract."""
+    context = tmp_path / "context"
+    shutil.copytree(REPO / "catalog" / "graph-coloring", context / "env", ignore=shutil.ignore_patterns("tests"))
+    (context / "Containerfile").write_text(
+        "FROM base\n"
+        "COPY --chown=10001:10001 env /opt/environment\n"
+        "ENV NODUS_ENVIRONMENT=hand-coloring NODUS_ENVIRONMENT_VERSION=1.0.0 "
+        "NODUS_ENVIRONMENT_LOADER=graph_coloring_env:load_environment\n"
+    )
+    layout = base_reference.removeprefix("oci:").rpartition(":")[0]
+    image = f"localhost/nodus-hand-built:{tmp_path.name.lower()}"
+    pulled = subprocess.run(
+        [*PODMAN, "pull", "-q", f"oci:{layout}:nodus-env-base"], capture_output=True, text=True, check=True
+    )
+    containerfile = (context / "Containerfile").read_text().replace("FROM base", f"FROM {pulled.stdout.strip()}")
+    (context / "Containerfile").write_text(containerfile)
+    digest_file = tmp_path / "digest"
+    try:
+        subprocess.run([*PODMAN, "build", "--network=none", "-t", image, str(context)], capture_output=True, check=True)
+        subprocess.run(
+            [
+                *PODMAN,
+                "push",
+                "--tls-verify=false",
+                "--digestfile",
+                str(digest_file),
+                image,
+                f"docker://{local_registry}/hand/coloring:1.0.0",
+            ],
+            capture_output=True,
+            check=True,
+        )
+    finally:
+        subprocess.run([*PODMAN, "rmi", "--force", image], capture_output=True, check=False)
+    digest = digest_file.read_text().strip()
+    spec = tmp_path / "hand.yaml"
+    spec.write_text(
+        "apiVersion: nodus.dev/v1\nkind: Environment\nmetadata: {name: hand-coloring}\n"
+        f'spec:\n  version: 1.0.0\n  package: {{image: "{local_registry}/hand/coloring@{digest}"}}\n'
+    )
+    code, output = run_build(
+        capsys, str(spec), "--lock", str(tmp_path / "nodus.lock"), "--state-dir", str(tmp_path / ".nodus")
+    )
+    assert code == 0, output
+    row = output["results"][0]
+    assert row["status"] == "verified" and row["image"] == digest
+    entry = Lock.load(tmp_path / "nodus.lock").get("hand-coloring", "1.0.0")
+    assert entry is not None and entry.image == digest and entry.splits["test"] > 0
+    assert set(entry.manifests) == {"train/0", "train/42", "test/0", "test/42"}
