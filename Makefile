@@ -34,6 +34,7 @@ test: setup
 bench: setup
 	$(VENV)/bin/python bench/validate.py
 	$(VENV)/bin/python bench/grading.py
+	$(VENV)/bin/python bench/build.py
 
 schemas: setup
 	$(VENV)/bin/python -m nodus.specs.schema_export

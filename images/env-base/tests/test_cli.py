@@ -92,3 +92,17 @@ def test_unloadable_environment_exits_2(tmp_path: Path) -> None:
     assert (
         "cannot load the environment: loader 'chatty_env' failed: ImportError: missing dependency foo" in result.stderr
     )
+
+
+def test_manifests_writes_what_info_and_tasks_print_in_one_load(env_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "manifests"
+    out.mkdir()
+    written = nodus_env(env_dir, "manifests", "--out", str(out), "--seed", "42", "--seed", "0")
+    assert written.returncode == 0, written.stderr
+    assert written.stdout == ""
+    assert written.stderr.count("loading...") == 1  # the environment loaded once for all four lists
+    assert (out / "info.json").read_text() == nodus_env(env_dir, "info").stdout
+    for split in ("train", "test"):
+        for seed in ("0", "42"):
+            expected = nodus_env(env_dir, "tasks", "--split", split, "--seed", seed).stdout
+            assert (out / f"tasks-{split}-{seed}.jsonl").read_text() == expected

@@ -42,9 +42,11 @@ from nodus.builder.oci import (
     ImageRef,
     NewLayer,
     add_layer,
+    canonical_json,
     read_image,
     remove_tag,
     resolve,
+    sha256_digest,
     tag_manifest,
     tagged,
     tags_of,
@@ -415,12 +417,17 @@ def _package_layers(
 ) -> list[NewLayer]:
     layers: list[NewLayer] = []
     if build.requirements.lines:
-        site = scratch / "site-packages"
-        install(build.requirements, site, index=index, scratch=scratch)
-        entries = tree_entries(site, prefix=SITE_PACKAGES_PATH, exclude=_no_bytecode)
-        layers.append(
-            NewLayer(add_layer(store.images, entries, epoch=EPOCH), "requirements (uv pip install --require-hashes)")
-        )
+        # Environments with the same locked requirements (three catalog ones share Reasoning Gym's) share
+        # the layer: it is made once per store, keyed by the lock's hash and where it goes.
+        key = sha256_digest(canonical_json([build.requirements.sha256, SITE_PACKAGES_PATH, EPOCH, build.builder]))
+        layer = store.cached_layer(key)
+        if layer is None:
+            site = scratch / "site-packages"
+            install(build.requirements, site, index=index, scratch=scratch)
+            entries = tree_entries(site, prefix=SITE_PACKAGES_PATH, exclude=_no_bytecode)
+            layer = add_layer(store.images, entries, epoch=EPOCH)
+            store.record_layer(key, layer)
+        layers.append(NewLayer(layer, "requirements (uv pip install --require-hashes)"))
     if folder is not None:
         entries = package_entries(folder, skip=_skipped(folder, spec_file))
         layers.append(
@@ -464,7 +471,17 @@ def _tasks_script(build: BuildSpec) -> str:
 
 
 def tasks_script(keys: Sequence[str]) -> str:
-    """`sh` lines that write `nodus-env info` and each `split/seed` task list under OUT."""
+    """The `sh` line that writes `nodus-env info` and each `split/seed` task list under OUT (one load)."""
+    splits = sorted({key.split("/")[0] for key in keys})
+    if splits != sorted(DEFAULT_SPLITS):
+        raise BuildError(f"nodus-env lists the splits {', '.join(DEFAULT_SPLITS)}; asked for {', '.join(splits)}")
+    seeds = sorted({int(key.split("/")[1]) for key in keys})
+    return "set -e\nnodus-env manifests --out " + OUT + "".join(f" --seed {seed}" for seed in seeds)
+
+
+def contract_script(keys: Sequence[str]) -> str:
+    """The same files as `tasks_script`, from the contract's own commands only (`info`, `tasks`): for images
+    nodus-build did not make, whose nodus-env may predate `manifests`."""
     lines = ["set -e", f"nodus-env info > {OUT}/info.json"]
     for key in keys:
         split, seed = key.split("/")
@@ -641,7 +658,7 @@ def verify_prebuilt(
     with store.scratch(f"verify-{name}") as scratch:
         out = _writable_folder(scratch / "out")
         keys = [f"{split}/{seed}" for split in DEFAULT_SPLITS for seed in DEFAULT_SEEDS]
-        script = tasks_script(keys)
+        script = contract_script(keys)
         run = run_script(
             store.images, tag, image.ref.config_digest, script, network="none", mounts=[Mount(out, OUT, True)]
         )

@@ -33,8 +33,9 @@ from nodus.errors import ConfigError, NodusError
 from nodus.specs.parse import Parsed
 
 SUBCOMMANDS = ("base", "verify")
-_err = Console(stderr=True, highlight=False)
-_out = Console(highlight=False)
+# Wide when not a terminal (CI logs, pipes): digests and split sizes should not wrap.
+_err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 200)
+_out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
 
 class BuildGroup(click.Group):

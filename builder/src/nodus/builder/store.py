@@ -12,6 +12,7 @@ specs; else the current folder). Its state folder is `.nodus/` beside `nodus.loc
       manifests/sha256/<hex>   task manifests (JSON lines, no answers), content-addressed
       cache/builds/<hex>.json  BuildSpec key -> what that build made (the no-op rebuild cache)
       cache/requirements/      resolved requirement sets, by the hash of what was asked
+      cache/layers/<hex>.json  requirement layers, by the lock's hash (environments share them)
       work/                    scratch folders of builds in progress (removed when a build ends)
 
 Expensive downloads that do not belong to one project (the Debian rootfs of the base image) are cached per
@@ -31,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nodus.builder.oci import canonical_json, init_layout, sha256_digest
+from nodus.builder.layers import Layer
+from nodus.builder.oci import blob_path, canonical_json, init_layout, sha256_digest
 from nodus.errors import BuildError
 
 LOCK_NAME = "nodus.lock"
@@ -134,6 +136,21 @@ class Store:
 
     def record_build(self, key: str, record: dict[str, Any]) -> None:
         _write_atomic(self.cache / "builds" / f"{key.removeprefix('sha256:')}.json", canonical_json(record))
+
+    def cached_layer(self, key: str) -> Layer | None:
+        """A layer made before from the same inputs (`key`), if its blob is still in the image store."""
+        path = self.cache / "layers" / f"{key.removeprefix('sha256:')}.json"
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            layer = Layer(str(record["diff_id"]), str(record["digest"]), int(record["size"]))
+        except (FileNotFoundError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+            return None
+        blob = blob_path(self.images, layer.digest)
+        return layer if blob.is_file() and blob.stat().st_size == layer.size else None
+
+    def record_layer(self, key: str, layer: Layer) -> None:
+        record = {"diff_id": layer.diff_id, "digest": layer.digest, "size": layer.size}
+        _write_atomic(self.cache / "layers" / f"{key.removeprefix('sha256:')}.json", canonical_json(record))
 
 
 def _write_atomic(target: Path, data: bytes) -> None:

@@ -41,6 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     grade = commands.add_parser("grade", help="grade {taskId, completion} lines from stdin, one line out each")
     grade.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per task (default 30)")
     commands.add_parser("info", help="name, version, adapter, split sizes, reward type, packages")
+    manifests = commands.add_parser(
+        "manifests", help="write info.json and every split's tasks at each seed into a folder (one load)"
+    )
+    manifests.add_argument("--out", required=True, help="folder for info.json and tasks-<split>-<seed>.jsonl")
+    manifests.add_argument("--seed", type=int, action="append", required=True, help="a seed (repeat for more)")
     check = commands.add_parser("selfcheck", help="grade gold answers, an empty reply and fixture cases")
     check.add_argument("--gold", type=int, default=1, help="tasks per split whose gold answer must be Correct")
     check.add_argument("--fixtures", default=None, help="JSONL fixture cases to grade (see README)")
@@ -73,12 +78,27 @@ def main(argv: list[str] | None = None) -> int:
         _grade_stream(env, args.timeout, out)
     elif args.command == "info":
         out.write(json.dumps(env.info(), indent=2, sort_keys=True) + "\n")
+    elif args.command == "manifests":
+        write_manifests(env, args.out, sorted(set(args.seed)))
     else:
         report = selfcheck(env, gold=args.gold, fixtures=_read_fixtures(args.fixtures))
         out.write(json.dumps(report, indent=2, sort_keys=True) + "\n")
         return 0 if report["ok"] else 1
     out.flush()
     return 0
+
+
+def write_manifests(env: Environment, folder: str, seeds: list[int]) -> None:
+    """What nodus-build's freeze and check steps read: `info` and `tasks` output, byte for byte, as files.
+
+    One process loads the environment once for all of them (loading is most of the cost of `tasks`).
+    """
+    with open(os.path.join(folder, "info.json"), "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(env.info(), indent=2, sort_keys=True) + "\n")
+    for split in ("train", "test"):
+        for seed in seeds:
+            with open(os.path.join(folder, f"tasks-{split}-{seed}.jsonl"), "w", encoding="utf-8") as handle:
+                handle.writelines(contract.dumps(task.public()) + "\n" for task in env.ordered(split, seed))
 
 
 def _grade_stream(env: Environment, timeout_s: float, out: IO[str]) -> None:
