@@ -41,8 +41,13 @@ def test_member_is_installed_and_imports_from_its_folder(dist: str) -> None:
 
 
 def test_console_scripts() -> None:
-    scripts = {ep.name: ep.value for ep in metadata.entry_points(group="console_scripts") if ep.name == "nodus"}
-    assert scripts == {"nodus": "nodus.cli.main:main"}
+    names = ("nodus", "nodus-build", "nodus-env")
+    scripts = {ep.name: ep.value for ep in metadata.entry_points(group="console_scripts") if ep.name in names}
+    assert scripts == {
+        "nodus": "nodus.cli.main:main",
+        "nodus-build": "nodus.builder.cli:main",
+        "nodus-env": "nodus.env.cli:main",
+    }
 
 
 @pytest.mark.slow

@@ -69,7 +69,7 @@ from nodus.builder.plan import (
 )
 from nodus.builder.requirements import install, lock, package_requirements
 from nodus.builder.sandbox import GRADER_UID, Mount, RunResult, run_script
-from nodus.builder.store import Store
+from nodus.builder.store import Store, file_lock
 from nodus.errors import BuildError, ConfigError, NodusError
 from nodus.specs.environment import Environment
 from nodus.specs.parse import Parsed, parse_resources
@@ -179,8 +179,16 @@ def build_paths(
     options = options or BuildOptions()
     report = reporter or _silent
     environments = [parsed for parsed in find_environments(paths) if only is None or only(parsed)]
-    lockfile = Lock.load(lock_path)
     store.ensure()
+    # Two builds of one project at once would each rewrite nodus.lock from what they read: one waits.
+    with file_lock(store.root / "build.lock"):
+        return _build_all(environments, store=store, lock_path=lock_path, options=options, report=report)
+
+
+def _build_all(
+    environments: list[Parsed], *, store: Store, lock_path: Path, options: BuildOptions, report: Reporter
+) -> list[BuildResult]:
+    lockfile = Lock.load(lock_path)
     results: list[BuildResult] = []
     choice: BaseChoice | None = None
     try:

@@ -10,8 +10,8 @@ that go into the BuildSpec) and when it makes the requirements layer (`install`)
   hash of what was asked, so a rebuild neither re-resolves nor sees a newer release.
 - Installing: `uv pip install --target --require-hashes --no-deps` into a folder that becomes one layer;
   every download is checked against the lock's hashes. A requirement published only as an sdist (Reasoning
-  Gym's cellpylib, say) is built into a wheel on the build host; for pure-Python packages that is
-  deterministic, and the two-builds test checks the digests stay the same.
+  Gym's cellpylib and pycosat, say) is built into a wheel on the build host, without debug info and with
+  fixed timestamps so that two builds give the same bytes (the two-builds test checks the digests).
 """
 
 from __future__ import annotations
@@ -156,6 +156,10 @@ def _uv_environ() -> dict[str, str]:
     # Bytecode would be written with the build's timestamps; the image runs with PYTHONDONTWRITEBYTECODE.
     environ.pop("UV_COMPILE_BYTECODE", None)
     environ.setdefault("UV_NO_PROGRESS", "1")
+    # An sdist is built on this host. Debug info records the random temporary build folder, so the same
+    # sdist compiled twice gave different bytes (pycosat, a Reasoning Gym dependency); without it, and with
+    # fixed timestamps and hash seed, the wheels come out byte-identical.
+    environ.update(CFLAGS="-g0", CXXFLAGS="-g0", SOURCE_DATE_EPOCH="0", PYTHONHASHSEED="0")
     return environ
 
 
