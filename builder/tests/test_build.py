@@ -276,3 +276,88 @@ def test_the_base_is_pinned_and_rebuilt_to_the_same_digest(
     assert exited.value.code == 0, capsys.readouterr().err
     assert tagged(Store(tmp_path / ".nodus").images, "nodus-env-base") == given
     assert given in capsys.readouterr().out
+
+
+def test_a_failing_self_check_fails_the_build_with_its_step_and_log(
+    tmp_path: Path, base_reference: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    catalog = copy_catalog(tmp_path)
+    fixtures = catalog / "arithmetic" / "fixtures.jsonl"
+    # The first fixture case expects Correct; make it expect Incorrect: the package now disagrees with itself.
+    lines = fixtures.read_text().splitlines()
+    lines[0] = lines[0].replace('"verdict": "Correct", "reward": 1.0', '"verdict": "Incorrect", "reward": 0.0')
+    fixtures.write_text("\n".join(lines) + "\n")
+    code, output = run_build(capsys, *build_args([catalog / "arithmetic"], tmp_path, base_reference))
+    row = output["results"][0]
+    assert code == 1 and row["status"] == "failed"
+    assert row["error"].startswith("arithmetic@2.0.0: the self-check failed")
+    log = Path(row["hint"].removeprefix("full log: "))
+    assert log.is_file() and '"fixture 1 (full-reward)"' in log.read_text()
+    # Nothing was published: no lock entry, no tag.
+    assert Lock.load(tmp_path / "nodus.lock").get("arithmetic", "2.0.0") is None
+    assert tagged(Store(tmp_path / ".nodus").images, "env-arithmetic-2.0.0") is None
+
+
+def _wheel(folder: Path, module: bytes) -> Path:
+    """A wheel of `nodus-tiny-env` 1.2.0 whose package `tinyenv` is `module`, made by hand (no build tools)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {
+        "tinyenv/__init__.py": module,
+        "nodus_tiny_env-1.2.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: nodus-tiny-env\nVersion: 1.2.0\n",
+        "nodus_tiny_env-1.2.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: nodus-tests\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+    }
+    record = [
+        f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
+        for name, data in files.items()
+    ]
+    files["nodus_tiny_env-1.2.0.dist-info/RECORD"] = (
+        "\n".join([*record, "nodus_tiny_env-1.2.0.dist-info/RECORD,,"]) + "\n"
+    ).encode()
+    wheel = folder / "nodus_tiny_env-1.2.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return wheel
+
+
+def test_a_pip_package_from_its_own_index(
+    tmp_path: Path, base_reference: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`package.pip` with an index: a simple index on 127.0.0.1 serving a wheel of the arithmetic module."""
+    import functools
+    import hashlib
+    import http.server
+    import threading
+
+    root = tmp_path / "index"
+    (root / "simple" / "nodus-tiny-env").mkdir(parents=True)
+    (root / "files").mkdir()
+    wheel = _wheel(root / "files", (REPO / "catalog" / "arithmetic" / "arithmetic_env.py").read_bytes())
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (root / "simple" / "nodus-tiny-env" / "index.html").write_text(
+        f'<html><body><a href="../../files/{wheel.name}#sha256={digest}">{wheel.name}</a></body></html>\n'
+    )
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        spec = tmp_path / "environment.yaml"
+        spec.write_text(
+            "apiVersion: nodus.dev/v1\nkind: Environment\nmetadata: {name: tiny-arithmetic}\nspec:\n  version: 1.0.0\n"
+            "  package:\n    loader: tinyenv:load_environment\n"
+            f"    pip: {{name: nodus-tiny-env, version: 1.2.0, index: 'http://127.0.0.1:{server.server_port}/simple'}}\n"
+        )
+        code, output = run_build(capsys, *build_args([spec], tmp_path, base_reference))
+    finally:
+        server.shutdown()
+    row = output["results"][0]
+    assert code == 0 and row["status"] == "built", output
+    assert row["splits"] == {"train": 5000, "test": 500}
+    entry = Lock.load(tmp_path / "nodus.lock").get("tiny-arithmetic", "1.0.0")
+    assert entry is not None and entry.image == row["image"]
+    locked = Store(tmp_path / ".nodus").cache / "requirements"
+    assert any(f"nodus-tiny-env==1.2.0 --hash=sha256:{digest}" in p.read_text() for p in locked.iterdir())

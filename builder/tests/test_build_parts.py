@@ -168,3 +168,40 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path: Path, capsys: pytest.Ca
     with pytest.raises(SystemExit) as exited:
         nodus_build([str(tmp_path / "missing")])
     assert exited.value.code == 2  # click's usage error: the path does not exist
+
+
+def test_a_bundle_unpacks_once_into_a_path_package_with_a_stable_digest(tmp_path: Path) -> None:
+    from nodus.builder.bundle import make_bundle, unpack
+    from nodus.builder.plan import source_digest
+
+    store = Store(tmp_path / ".nodus")
+    source = "def load_environment():\n    return None\n"
+    data = make_bundle("reward_env", {"reward_env.py": source, "data/tasks.jsonl": "{}\n"}, ["sympy==1.13.3"])
+    folder = unpack(data, store)
+    assert (folder / "reward_env.py").read_text() == source
+    assert package_requirements(folder) == ["sympy==1.13.3"]
+    assert unpack(data, store) == folder  # the same bundle: the same folder, not unpacked again
+    assert source_digest(folder) == source_digest(unpack(data, Store(tmp_path / "other")))
+    other = unpack(make_bundle("reward_env", {"reward_env.py": source + "# changed\n"}), store)
+    assert other != folder
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        (b"[1]", "a bundle is a JSON object"),
+        (b"{", "not JSON"),
+        (b'{"apiVersion": "nodus.dev/bundle/v1", "module": "m", "files": {"../m.py": ""}}', "plain relative path"),
+        (b'{"apiVersion": "nodus.dev/bundle/v1", "module": "m", "files": {"/m.py": ""}}', "plain relative path"),
+        (b'{"apiVersion": "nodus.dev/bundle/v1", "module": "m", "files": {"other.py": ""}}', "not among its files"),
+        (b'{"apiVersion": "v0", "module": "m", "files": {"m.py": ""}}', "apiVersion must be"),
+        (b'{"apiVersion": "nodus.dev/bundle/v1", "module": "m", "files": {"m.py": ""}, "x": 1}', "unknown field"),
+    ],
+)
+def test_a_bad_bundle_is_refused_before_anything_is_written(tmp_path: Path, document: bytes, message: str) -> None:
+    from nodus.builder.bundle import unpack
+
+    store = Store(tmp_path / ".nodus")
+    with pytest.raises(ConfigError, match=message):
+        unpack(document, store, source="upload.json")
+    assert not (tmp_path / ".nodus" / "bundles").exists() or not list((tmp_path / ".nodus" / "bundles").iterdir())
