@@ -361,3 +361,104 @@ def test_a_pip_package_from_its_own_index(
     assert entry is not None and entry.image == row["image"]
     locked = Store(tmp_path / ".nodus").cache / "requirements"
     assert any(f"nodus-tiny-env==1.2.0 --hash=sha256:{digest}" in p.read_text() for p in locked.iterdir())
+
+
+FETCHING_ENV = '''
+"""Downloads its data on first load into HF_HOME, then reads only that copy (as the datasets library does)."""
+import json
+import os
+import sys
+import urllib.request
+
+
+def load_environment():
+    return sys.modules[__name__]
+
+
+def _rows():
+    path = os.path.join(os.environ["HF_HOME"], "fetched", "rows.json")
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        urllib.request.urlretrieve(os.environ["FETCH_URL"], path)
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def tasks(split):
+    rows = _rows()
+    chosen = rows[:40] if split == "train" else rows[40:]
+    return [{"prompt": f"Say {row}", "answer": row} for row in chosen]
+
+
+def reward(completion, answer):
+    return completion.strip() == f"<answer>{answer}</answer>"
+
+
+def gold_completion(answer):
+    return f"<answer>{answer}</answer>"
+'''
+
+
+def test_data_fetched_at_build_time_is_in_the_image_and_read_offline(
+    tmp_path: Path, base_reference: str, capsys: pytest.CaptureFixture[str], podman_layout: Callable[[Path], Path]
+) -> None:
+    """The freeze step may use the network (here a server on 127.0.0.1); the check step and grading may not."""
+    import functools
+    import http.server
+    import threading
+
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "rows.json").write_text(json.dumps([f"word{i}" for i in range(56)]))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    package = tmp_path / "fetching"
+    package.mkdir()
+    (package / "fetching_env.py").write_text(FETCHING_ENV)
+    (package / "environment.yaml").write_text(
+        "apiVersion: nodus.dev/v1\nkind: Environment\nmetadata: {name: fetching}\nspec:\n  version: 1.0.0\n"
+        '  package: {path: ., loader: "fetching_env:load_environment"}\n'
+    )
+    args = [
+        str(package),
+        "--network",
+        "host",
+        "--base",
+        base_reference,
+        "--env",
+        f"FETCH_URL=http://127.0.0.1:{server.server_port}/rows.json",
+        "--lock",
+        str(tmp_path / "nodus.lock"),
+        "--state-dir",
+        str(tmp_path / ".nodus"),
+    ]
+    try:
+        code, output = run_build(capsys, *args)
+    finally:
+        server.shutdown()
+    row = output["results"][0]
+    assert code == 0 and row["status"] == "built", output
+    assert row["splits"] == {"train": 40, "test": 16}
+    # The server is gone: the image still has the rows, under HF_HOME, and serves its tasks with no network.
+    layout = podman_layout(Store(tmp_path / ".nodus").images)
+    rows = in_image(layout, "env-fetching-1.0.0", "cat", "/opt/nodus/data/fetched/rows.json")
+    assert json.loads(rows)[0] == "word0"
+    config = read_image(Store(tmp_path / ".nodus").images, "env-fetching-1.0.0").config
+    assert any("datasets" in item.get("created_by", "") for item in config["history"])
+
+
+@pytest.mark.registry
+def test_the_base_can_be_pulled_by_digest_instead_of_built(
+    tmp_path: Path, base_reference: str, local_registry: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    layout, _, tag = base_reference.removeprefix("oci:").rpartition(":")
+    target = registry.RegistryRef.parse(f"{local_registry}/nodus/env-base")
+    pushed = registry.push(Path(layout), tag, target, tags=["0.1.0"])
+    flags = ["--lock", str(tmp_path / "nodus.lock"), "--state-dir", str(tmp_path / ".nodus")]
+    with pytest.raises(SystemExit) as exited:
+        nodus_build(["base", "--base", pushed.reference, *flags])
+    assert exited.value.code == 0, capsys.readouterr().err
+    pinned = Lock.load(tmp_path / "nodus.lock").base()
+    assert pinned is not None and pinned.digest == pushed.digest and pinned.reference == pushed.reference
+    assert tagged(Store(tmp_path / ".nodus").images, "nodus-env-base") == pushed.digest
