@@ -35,6 +35,7 @@ bench: setup
 	$(VENV)/bin/python bench/validate.py
 	$(VENV)/bin/python bench/grading.py
 	$(VENV)/bin/python bench/build.py
+	$(VENV)/bin/python bench/plan.py
 
 schemas: setup
 	$(VENV)/bin/python -m nodus.specs.schema_export

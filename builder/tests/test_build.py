@@ -240,7 +240,7 @@ def test_a_hand_built_image_is_accepted_as_package_image(
             check=True,
         )
     finally:
-        subprocess.run([*PODMAN, "rmi", "--force", image], capture_output=True, check=False)
+        subprocess.run([*PODMAN, "rmi", "--force", image, pulled.stdout.strip()], capture_output=True, check=False)
     digest = digest_file.read_text().strip()
     spec = tmp_path / "hand.yaml"
     spec.write_text(

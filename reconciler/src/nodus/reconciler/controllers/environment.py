@@ -1,0 +1,61 @@
+"""The Environment controller: an Environment is Ready once its image is in nodus.lock and in the store.
+
+Who calls it: `nodus apply` (after writing the spec, in the first wave, before the jobs that name it) and
+`nodus get`/`describe` when they refresh status. With `--build`, apply builds what is missing with
+nodus-build first (the same code path as the `nodus-build` CLI).
+
+Status it writes: `phase` (Ready, Pending, Failed), `reason` when not Ready (`ImageNotBuilt`: the version is
+not in nodus.lock; `ImageMissing`: the lock names a digest the local store does not have; `BuildFailed`),
+`image` (the digest), `splits` (task counts) and `manifests` (`split/seed` -> digest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nodus.builder.lockfile import Lock
+from nodus.builder.oci import tags_of
+
+JSONObject = dict[str, Any]
+Builder = Callable[[Path], tuple[bool, str]]
+"""`build(spec_file) -> (ok, message)`: what `--build` runs for an Environment that is not Ready."""
+
+
+def environment_status(document: JSONObject, *, lock: Lock, images: Path) -> JSONObject:
+    """The status of an Environment (its normalised document) from nodus.lock and the local image store."""
+    name, version = document["metadata"]["name"], document["spec"]["version"]
+    entry = lock.get(name, version)
+    if entry is None:
+        return {
+            "phase": "Pending",
+            "reason": "ImageNotBuilt",
+            "message": f"{name}@{version} is not in {lock.path.name}: run nodus-build, or nodus apply --build",
+        }
+    if not tags_of(images, entry.image):
+        return {
+            "phase": "Pending",
+            "reason": "ImageMissing",
+            "message": f"image {entry.image} of {name}@{version} is not in the local store: run nodus-build",
+            "image": entry.image,
+        }
+    return {
+        "phase": "Ready",
+        "image": entry.image,
+        "splits": dict(entry.splits),
+        "manifests": dict(entry.manifests),
+    }
+
+
+def reconcile_environment(
+    document: JSONObject, *, spec_file: Path | None, lock_path: Path, images: Path, build: Builder | None
+) -> JSONObject:
+    """Status after building when asked (`build`) and needed; a failed build is `Failed`/`BuildFailed`."""
+    status = environment_status(document, lock=Lock.load(lock_path), images=images)
+    if status["phase"] == "Ready" or build is None or spec_file is None:
+        return status
+    ok, message = build(spec_file)
+    if not ok:
+        return {"phase": "Failed", "reason": "BuildFailed", "message": message}
+    return environment_status(document, lock=Lock.load(lock_path), images=images)

@@ -1,0 +1,176 @@
+"""The planner's golden files: read a scenario, produce its expected outputs, rewrite them on request.
+
+Who calls it: `reconciler/tests/planning/test_plan_golden.py` (compares), and a developer after an intended
+change to plans or their rendering:
+
+    .venv/bin/python -m nodus.reconciler.planning.golden            # say which files differ
+    .venv/bin/python -m nodus.reconciler.planning.golden --update   # rewrite them, then review the git diff
+
+A scenario is a folder under `reconciler/tests/planning/golden/`:
+
+- `desired/*.yaml`: the resource files (sources are named relative to the scenario, so output is stable);
+- `observed.json`: `{"serial": N, "records": [{"kind", "project", "name", "generation", "spec"}, ...]}`,
+  the state store as `nodus apply` leaves it (spec_hash is computed, as the store does);
+- `options.json` (optional): `{"prune": true}`, `{"refreshOnly": true}`;
+- `moved.json` (optional): the store some time after planning; `stale.txt` holds `stale_reasons` against it;
+- `plan.txt`, `plan.json`, `plan.md`: the expected renderings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nodus.errors import NodusError
+from nodus.reconciler.planning.desired import Desired, desired_from
+from nodus.reconciler.planning.diff import Plan, plan, stale_reasons
+from nodus.reconciler.planning.render import render_json, render_markdown, render_table
+from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey, ResourceRecord, spec_hash
+from nodus.specs.parse import ParseResult, parse_text
+
+GOLDEN = Path(__file__).resolve().parents[4] / "tests" / "planning" / "golden"
+"""Where the scenarios live in a source checkout (this module is only useful there)."""
+
+
+@dataclass(frozen=True)
+class ObservedState:
+    records: list[ResourceRecord]
+    serial: int
+
+
+@dataclass(frozen=True)
+class Scenario:
+    folder: Path
+
+    @property
+    def name(self) -> str:
+        return self.folder.name
+
+    def options(self) -> dict[str, Any]:
+        path = self.folder / "options.json"
+        return dict(json.loads(path.read_text())) if path.exists() else {}
+
+    def desired(self) -> list[Desired]:
+        result = ParseResult()
+        for path in sorted((self.folder / "desired").glob("*.yaml")):
+            result.extend(parse_text(path.read_text(), str(path.relative_to(self.folder))))
+        result.raise_for_errors()
+        return desired_from(result.resources)
+
+    def observed(self) -> ObservedState:
+        return read_observed(self.folder / "observed.json")
+
+    def moved(self) -> ObservedState | None:
+        path = self.folder / "moved.json"
+        return read_observed(path) if path.exists() else None
+
+    def plan(self) -> Plan:
+        options, observed = self.options(), self.observed()
+        return plan(
+            self.desired(),
+            observed.records,
+            prune=bool(options.get("prune", False)),
+            refresh_only=bool(options.get("refreshOnly", False)),
+            observed_serial=observed.serial,
+        )
+
+    def outputs(self) -> dict[str, str]:
+        """Expected file name -> content, as the planner produces them today."""
+        planned = self.plan()
+        out = {
+            "plan.txt": render_table(planned),
+            "plan.json": render_json(planned),
+            "plan.md": render_markdown(planned),
+        }
+        moved = self.moved()
+        if moved is not None:
+            out["stale.txt"] = "".join(line + "\n" for line in stale_reasons(planned, moved.records))
+        return out
+
+
+def read_observed(path: Path) -> ObservedState:
+    data = json.loads(path.read_text())
+    return ObservedState([record_from(item) for item in data["records"]], int(data.get("serial", 0)))
+
+
+def record_from(item: dict[str, Any]) -> ResourceRecord:
+    """A record as the store would return it for this JSON entry."""
+    key = ResourceKey(item["kind"], item.get("project", DEFAULT_PROJECT), item["name"])
+    spec = item["spec"]
+    return ResourceRecord(
+        key,
+        spec,
+        spec_hash(spec),
+        generation=int(item.get("generation", 1)),
+        deleting=bool(item.get("deleting", False)),
+    )
+
+
+def record_entry(desired: Desired, generation: int = 1) -> dict[str, Any]:
+    """The observed.json entry of what `nodus apply` stores for a desired resource."""
+    key = desired.key
+    return {
+        "kind": key.kind,
+        "project": key.project,
+        "name": key.name,
+        "generation": generation,
+        "spec": desired.document,
+    }
+
+
+def scenarios(root: Path = GOLDEN) -> list[Scenario]:
+    return [Scenario(folder) for folder in sorted(root.iterdir()) if (folder / "observed.json").exists()]
+
+
+def differences(scenario: Scenario) -> list[str]:
+    """File names whose content is not what the planner produces now."""
+    return [
+        name
+        for name, text in scenario.outputs().items()
+        if not (scenario.folder / name).exists() or (scenario.folder / name).read_text() != text
+    ]
+
+
+def update(scenario: Scenario) -> list[str]:
+    """Rewrite the expected files that differ; returns their names."""
+    changed = differences(scenario)
+    outputs = scenario.outputs()
+    for name in changed:
+        (scenario.folder / name).write_text(outputs[name])
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m nodus.reconciler.planning.golden",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--update", action="store_true", help="rewrite the expected files that differ")
+    parser.add_argument("--root", type=Path, default=GOLDEN, help="the folder of scenarios")
+    args = parser.parse_args(argv)
+    if not args.root.is_dir():
+        print(f"{args.root}: no such folder of scenarios", file=sys.stderr)
+        return 1
+    stale = 0
+    for scenario in scenarios(args.root):
+        try:
+            names = update(scenario) if args.update else differences(scenario)
+        except (NodusError, OSError, ValueError, KeyError) as exc:
+            print(f"{scenario.folder}: {exc}", file=sys.stderr)
+            return 1
+        for name in names:
+            print(f"{'updated' if args.update else 'differs'}: {scenario.folder / name}")
+        stale += len(names)
+    if stale and not args.update:
+        print("run with --update to rewrite them, then review the diff", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

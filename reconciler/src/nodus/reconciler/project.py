@@ -1,0 +1,51 @@
+"""The project a command works on: its folder, nodus.lock, state folder, state store and local executor.
+
+Who calls it: every reconciler command of the CLI (`plan`, `apply`, `get`, `describe`, `unlock`, ...), once,
+from its PATH and `--state` options. The project is the folder holding nodus.lock (else the nearest `.git`
+above PATH, else the current folder); its state folder is `.nodus/` there (or `NODUS_HOME`), shared with
+nodus-build: `images/` (the local image store), `state.db` (the SQLite state store, unless `--state` names
+a PostgreSQL URL), `jobs/` (the local executor's job folders).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from nodus.builder.store import LOCK_NAME, Store, find_project
+from nodus.reconciler.state.records import StateStore
+
+
+@dataclass
+class Project:
+    root: Path
+    lock_path: Path
+    files: Store
+    """The state folder as nodus-build knows it (images, manifests, caches)."""
+    state_url: str | None
+
+    @classmethod
+    def find(cls, path: Path | None = None, *, state: str | None = None, state_dir: Path | None = None) -> Project:
+        root = find_project(path or Path.cwd())
+        return cls(root, root / LOCK_NAME, Store.for_project(root, state_dir), state or os.environ.get("NODUS_STATE"))
+
+    @property
+    def jobs(self) -> Path:
+        return self.files.root / "jobs"
+
+    def open_state(self) -> StateStore:
+        """The state store (migrated): SQLite in the state folder unless `--state` says otherwise."""
+        from nodus.reconciler.state import open_store
+
+        self.files.root.mkdir(parents=True, exist_ok=True)
+        store = open_store(self.state_url, project_state_dir=self.files.root)
+        store.migrate()
+        return store
+
+
+def holder() -> str:
+    """Who takes a lease: `user@host pid N` (shown to whoever finds the state locked)."""
+    user = os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid())
+    return f"{user}@{socket.gethostname()} pid {os.getpid()}"

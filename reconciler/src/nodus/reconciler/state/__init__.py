@@ -1,0 +1,88 @@
+"""The state store: observed state of a project (records, status, events, launches, the apply lease).
+
+Who calls it: the CLI opens one per command with `open_store(--state, project_state_dir=...)` and hands it to
+the planner (reads), `nodus apply` (the lease, puts, deletes) and the controllers (status, events, launches);
+`nodus get/describe/unlock` read it or break a lease. What a store holds and promises is `records.py`.
+
+`--state` takes:
+- nothing: SQLite in the project's state folder, `<project>/.nodus/state.db` (one file, WAL, next to the
+  resource files; keep `.nodus/` out of git);
+- a file path, or `sqlite:///ABSOLUTE/PATH`: SQLite there;
+- `postgresql://USER[:PASSWORD]@HOST[:PORT]/DB` (or `postgres://`; libpq options as query parameters, e.g.
+  `?host=/run/postgresql` for a Unix socket): a database shared by a team; PASSWORD is better left to
+  `~/.pgpass` or `PGPASSWORD`, and it is never printed.
+Both backends behave the same: the one test suite runs against both (reconciler/tests/state). A store is
+migrated to the newest schema when opened, which is safe from several processes at once.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from nodus.errors import ConfigError
+from nodus.reconciler.state.records import StateStore
+from nodus.reconciler.state.sql import redact_url
+
+STATE_FILE = "state.db"
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+_FORMS = "a file path, sqlite:///PATH or postgresql://USER@HOST/DB"
+
+
+def open_store(
+    url_or_path: str | Path | None,
+    *,
+    project_state_dir: Path,
+    migrate: bool = True,
+    clock: Callable[[], float] = time.time,
+) -> StateStore:
+    """The store `--state` names (None: SQLite in `project_state_dir`), migrated unless `migrate=False`.
+
+    `clock` is for tests that move time (lease expiry); ConfigError for a value that names no store."""
+    store = _open(url_or_path, project_state_dir, clock)
+    if migrate:
+        try:
+            store.migrate()
+        except BaseException:
+            store.close()
+            raise
+    return store
+
+
+def _open(url_or_path: str | Path | None, project_state_dir: Path, clock: Callable[[], float]) -> StateStore:
+    from nodus.reconciler.state.sqlite import SqliteStore
+
+    if url_or_path is None:
+        return SqliteStore(project_state_dir / STATE_FILE, clock=clock)
+    if isinstance(url_or_path, Path):
+        return SqliteStore(url_or_path, clock=clock)
+    text = url_or_path.strip()
+    scheme = _SCHEME.match(text)
+    if not text:
+        raise ConfigError(f"--state is empty: give {_FORMS}")
+    if scheme is None:
+        return SqliteStore(Path(text), clock=clock)
+    name = scheme.group(1).lower()
+    if name in ("postgresql", "postgres"):
+        from nodus.reconciler.state.postgres import PostgresStore
+
+        return PostgresStore(text, clock=clock)
+    if name == "sqlite":
+        return SqliteStore(_sqlite_path(text), clock=clock)
+    raise ConfigError(f"--state {redact_url(text)}: unknown kind of state store {name!r}; give {_FORMS}")
+
+
+def _sqlite_path(url: str) -> Path:
+    """`sqlite:///abs/path` -> /abs/path (the URL's path; no host, nothing relative, not in memory)."""
+    rest = url[len("sqlite:") :]
+    if not rest.startswith("///") or rest.strip("/") == "":
+        raise ConfigError(f"--state {url}: a SQLite URL names an absolute file, sqlite:///PATH/state.db")
+    path = rest[2:].split("?", 1)[0]
+    if path.strip("/") == ":memory:":
+        raise ConfigError(f"--state {url}: an in-memory store would forget everything when nodus exits; name a file")
+    return Path(path)
+
+
+__all__ = ["STATE_FILE", "open_store"]

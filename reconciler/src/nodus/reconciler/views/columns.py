@@ -1,0 +1,120 @@
+"""`nodus get` columns per kind, as the seeds show them (`NAME RUNTIME PHASE STAGE CHANGE COST AGE`).
+
+Who calls it: `nodus get` (table and `-o wide`). Each kind has its columns; an unknown kind gets NAME, PHASE
+and AGE. Values come from the record's spec and status; a missing one is shown as `-`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from nodus.reconciler.state.records import ResourceRecord
+
+Column = tuple[str, Callable[[ResourceRecord], str]]
+
+
+def _get(document: Any, *path: str) -> Any:
+    for part in path:
+        if not isinstance(document, dict) or part not in document:
+            return None
+        document = document[part]
+    return document
+
+
+def _text(value: Any) -> str:
+    return "-" if value in (None, "", [], {}) else str(value)
+
+
+def age(seconds: float) -> str:
+    """`42s`, `6m`, `3h`, `2d`: how kubectl shows ages."""
+    if seconds < 120:
+        return f"{int(seconds)}s"
+    if seconds < 7200:
+        return f"{int(seconds // 60)}m"
+    if seconds < 172800:
+        return f"{int(seconds // 3600)}h"
+    return f"{int(seconds // 86400)}d"
+
+
+def _name(record: ResourceRecord) -> str:
+    return record.key.name
+
+
+def _phase(record: ResourceRecord) -> str:
+    phase = _get(record.status, "phase")
+    return "Deleting" if record.deleting else _text(phase)
+
+
+def _age(record: ResourceRecord) -> str:
+    return age(max(0.0, time.time() - record.created_at)) if record.created_at else "-"
+
+
+def _cost(record: ResourceRecord) -> str:
+    cost = _get(record.status, "cost", "totalUSD")
+    return "-" if cost is None else f"${float(cost):.2f}"
+
+
+def _change(record: ResourceRecord) -> str:
+    change = _get(record.status, "summary", "comparison", "changePoints")
+    return "-" if change is None else f"{float(change):+.1f}pp"
+
+
+def _splits(record: ResourceRecord) -> str:
+    splits = _get(record.status, "splits") or {}
+    return " ".join(f"{k}={v}" for k, v in sorted(splits.items())) or "-"
+
+
+COLUMNS: dict[str, list[Column]] = {
+    "TrainingJob": [
+        ("NAME", _name),
+        ("RUNTIME", lambda r: _text(_get(r.spec, "spec", "runtime"))),
+        ("PHASE", _phase),
+        ("STAGE", lambda r: _text(_get(r.status, "stage"))),
+        ("CHANGE", _change),
+        ("COST", _cost),
+        ("AGE", _age),
+    ],
+    "Environment": [
+        ("NAME", _name),
+        ("VERSION", lambda r: _text(_get(r.spec, "spec", "version"))),
+        ("PHASE", _phase),
+        ("SPLITS", _splits),
+        ("AGE", _age),
+    ],
+    "Job": [("NAME", _name), ("PHASE", _phase), ("COST", _cost), ("AGE", _age)],
+}
+WIDE: dict[str, list[Column]] = {
+    "TrainingJob": [
+        ("STEP", lambda r: _text(_get(r.status, "step"))),
+        ("REASON", lambda r: _text(_get(r.status, "reason"))),
+        ("GENERATION", lambda r: str(r.generation)),
+    ],
+    "Environment": [
+        ("IMAGE", lambda r: _text((_get(r.status, "image") or "")[:19])),
+        ("REASON", lambda r: _text(_get(r.status, "reason"))),
+    ],
+}
+DEFAULT: list[Column] = [("NAME", _name), ("PHASE", _phase), ("AGE", _age)]
+
+
+def columns(kind: str, *, wide: bool = False) -> list[Column]:
+    base = COLUMNS.get(kind, DEFAULT)
+    extra = WIDE.get(kind, [("REASON", lambda r: _text(_get(r.status, "reason")))]) if wide else []
+    return [*base, *extra]
+
+
+def rows(kind: str, records: list[ResourceRecord], *, wide: bool = False) -> tuple[list[str], list[list[str]]]:
+    chosen = columns(kind, wide=wide)
+    return [title for title, _ in chosen], [[value(record) for _, value in chosen] for record in records]
+
+
+def document(record: ResourceRecord) -> dict[str, Any]:
+    """The record as `-o yaml|json` prints it: the applied document plus its status and bookkeeping."""
+    out = dict(record.spec)
+    metadata = dict(out.get("metadata") or {})
+    metadata.update(generation=record.generation, project=record.key.project)
+    out["metadata"] = metadata
+    out["status"] = record.status
+    return out

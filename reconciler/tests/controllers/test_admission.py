@@ -1,0 +1,87 @@
+"""TrainingJob admission: every refusal the seeds name, with the field path, before anything runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nodus.reconciler.controllers.admission import admit, merge
+from nodus.reconciler.state.records import ResourceKey
+
+SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "steps": {"type": "integer", "minimum": 1},
+        "learningRate": {"type": "number"},
+        "lora": {"type": "object", "properties": {"r": {"type": "integer"}, "alpha": {"type": "integer"}}},
+    },
+}
+
+
+def runtime(**spec: Any) -> dict[str, Any]:
+    base = {
+        "command": ["python", "trainer.py"],
+        "tasks": ["RL"],
+        "modes": ["Train"],
+        "environmentTasks": "AttemptAPI",
+        "parameterSchema": SCHEMA,
+        "defaults": {"steps": 50, "learningRate": 4e-5, "lora": {"r": 8, "alpha": 16}},
+    }
+    return {"metadata": {"name": "grpo-lora", "project": "nodus"}, "spec": {**base, **spec}}
+
+
+def job(**spec: Any) -> dict[str, Any]:
+    base = {"runtime": "nodus/grpo-lora", "environment": {"name": "arithmetic@2.0.0", "seed": 42}}
+    return {"metadata": {"name": "tj", "project": "default"}, "spec": {**base, **spec}}
+
+
+ENVIRONMENTS = {
+    ResourceKey("Environment", "default", "arithmetic"): {
+        "metadata": {"name": "arithmetic"},
+        "spec": {"version": "2.0.0"},
+    }
+}
+
+
+def test_parameters_merge_over_the_runtime_defaults() -> None:
+    verdict = admit(job(parameters={"lora": {"r": 16}, "steps": 10}), runtime(), ENVIRONMENTS)
+    assert verdict.admitted
+    assert verdict.parameters == {"steps": 10, "learningRate": 4e-5, "lora": {"r": 16, "alpha": 16}}
+    assert verdict.runtime == ResourceKey("TrainingRuntime", "nodus", "grpo-lora")
+    assert verdict.environment == ResourceKey("Environment", "default", "arithmetic")
+    assert merge({"a": [1, 2]}, {"a": [3]}) == {"a": [3]}
+
+
+@pytest.mark.parametrize(
+    ("the_job", "the_runtime", "reason", "message"),
+    [
+        (
+            job(parameters={"learning_rate": 1e-4}),
+            runtime(),
+            "InvalidParameters",
+            "spec.parameters.learning_rate: unknown",
+        ),
+        (
+            job(parameters={"lora": {"r": "8"}}),
+            runtime(),
+            "InvalidParameters",
+            "spec.parameters.lora.r: '8' is not of type",
+        ),
+        (job(parameters={"steps": 0}), runtime(), "InvalidParameters", "spec.parameters.steps: 0 is less than"),
+        (job(), None, "RuntimeNotFound", "TrainingRuntime nodus/grpo-lora does not exist"),
+        (job(mode="Evaluate"), runtime(), "ModeNotSupported", "does not support mode Evaluate"),
+        (job(environment={"name": "missing@1.0.0"}), runtime(), "EnvironmentNotFound", "default/missing"),
+        (job(environment={"name": "arithmetic@9.0.0"}), runtime(), "EnvironmentVersionNotFound", "not 9.0.0"),
+        (job(), runtime(environmentTasks=None), "RuntimeLacksAttemptAPI", "environmentTasks: AttemptAPI"),
+        (job(model={"uri": "hf://Qwen/Qwen3-0.6B"}), runtime(), "ModelNotPinned", "40-character revision"),
+    ],
+)
+def test_refusals_name_the_reason_and_the_field(
+    the_job: dict[str, Any], the_runtime: dict[str, Any] | None, reason: str, message: str
+) -> None:
+    verdict = admit(the_job, the_runtime, ENVIRONMENTS)
+    assert not verdict.admitted
+    assert verdict.reason == reason
+    assert message in verdict.message

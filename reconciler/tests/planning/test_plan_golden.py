@@ -1,0 +1,155 @@
+"""Golden files of `nodus plan`: each scenario's table, JSON and Markdown, and a stale saved plan's reasons.
+
+After an intended change: `.venv/bin/python -m nodus.reconciler.planning.golden --update`, then review the
+diff of reconciler/tests/planning/golden/. Beyond the text, each scenario asserts what it is about.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from nodus.reconciler.planning import Plan, stale_reasons
+from nodus.reconciler.planning.golden import GOLDEN, Scenario, main, scenarios
+
+SCENARIOS = {scenario.name: scenario for scenario in scenarios()}
+UPDATE = "if the change is intended: .venv/bin/python -m nodus.reconciler.planning.golden --update"
+
+
+def test_every_scenario_is_there() -> None:
+    assert GOLDEN.is_dir()
+    assert set(SCENARIOS) >= {
+        "create",
+        "update-in-place",
+        "replace",
+        "prune-off",
+        "prune-on",
+        "noop-after-apply",
+        "stale-plan",
+    }
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_outputs_match_the_golden_files(name: str) -> None:
+    scenario = SCENARIOS[name]
+    for file, text in scenario.outputs().items():
+        expected = (scenario.folder / file).read_text()
+        assert text == expected, f"{scenario.folder / file} differs; {UPDATE}"
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_the_saved_plan_reads_back_as_the_same_plan(name: str) -> None:
+    scenario = SCENARIOS[name]
+    saved = Plan.from_json((scenario.folder / "plan.json").read_text(), "plan.json")
+    assert saved == scenario.plan()
+    assert saved.to_json() == (scenario.folder / "plan.json").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_a_plan_is_valid_against_the_store_it_was_made_from(name: str) -> None:
+    scenario = SCENARIOS[name]
+    assert stale_reasons(scenario.plan(), scenario.observed().records) == []
+
+
+def _plan(name: str) -> tuple[Scenario, Plan]:
+    return SCENARIOS[name], SCENARIOS[name].plan()
+
+
+def _refs(plan: Plan) -> list[tuple[str, str]]:
+    return [(action.type, str(action.key)) for action in plan.actions]
+
+
+def test_create_goes_in_dependency_waves() -> None:
+    _, planned = _plan("create")
+    assert _refs(planned) == [
+        ("create", "Secret/hf-token"),
+        ("create", "Volume/support-chats"),
+        ("create", "Environment/reverse-words"),
+        ("create", "TrainingJob/support-sft"),
+    ]
+    assert all(action.expected_hash is None for action in planned.actions)
+    assert planned.exit_code == 2
+    assert planned.summary == "Plan: 4 to add, 0 to change, 0 to replace, 0 to destroy, 0 unchanged."
+
+
+def test_update_in_place_lists_the_fields() -> None:
+    _, planned = _plan("update-in-place")
+    assert _refs(planned) == [("update", "Environment/reverse-words"), ("update", "TrainingJob/support-sft")]
+    env, job = planned.actions
+    assert [(c.path, c.op, c.before, c.after) for c in env.changes] == [
+        ("spec.grading.maxParallel", "change", 4, 8),
+        ("spec.description", "add", None, "Reverse each word of a sentence."),
+    ]
+    assert [(c.path, c.before, c.after) for c in job.changes] == [
+        ("metadata.labels.team", None, "support"),
+        ("spec.maxCostUSD", "20.00", "30.00"),
+    ]
+    assert not any(change.forces_replacement for action in planned.actions for change in action.changes)
+    assert {action.expected_generation for action in planned.actions} == {2}
+
+
+def test_replace_names_its_forcing_field() -> None:
+    scenario, planned = _plan("replace")
+    forced = {str(action.key): action.forced_by for action in planned.actions if action.type == "replace"}
+    assert forced == {"Environment/reverse-words": "spec.package.path", "TrainingJob/support-sft": "spec.model.uri"}
+    job = planned.actions[-1]
+    # The cost cap could change in place; it rides along with the replacement and is not marked.
+    assert [(c.path, c.forces_replacement) for c in job.changes] == [
+        ("spec.model.uri", True),
+        ("spec.maxCostUSD", False),
+    ]
+    text = (scenario.folder / "plan.txt").read_text()
+    assert text.count("# forces replacement") == 2
+    assert "forced by `spec.package.path`" in (scenario.folder / "plan.md").read_text()
+
+
+def test_without_prune_unmanaged_resources_are_kept() -> None:
+    _, planned = _plan("prune-off")
+    assert {action.type for action in planned.actions} == {"noop"}
+    assert [str(key) for key in planned.unmanaged] == ["TrainingJob/old-sft", "Volume/old-data"]
+    assert planned.exit_code == 0
+    assert "2 unmanaged kept" in planned.summary
+
+
+def test_with_prune_dependents_are_destroyed_first() -> None:
+    _, planned = _plan("prune-on")
+    assert [ref for kind, ref in _refs(planned) if kind == "delete"] == ["TrainingJob/old-sft", "Volume/old-data"]
+    assert planned.actions[-1].desired is None
+    assert planned.unmanaged == ()
+    assert planned.exit_code == 2
+
+
+def test_no_changes_after_apply() -> None:
+    scenario, planned = _plan("noop-after-apply")
+    assert len(planned.actions) == 4
+    assert not planned.has_changes and planned.exit_code == 0
+    assert (scenario.folder / "plan.txt").read_text() == "No changes: 4 unchanged.\n"
+
+
+def test_a_stale_saved_plan_says_what_moved() -> None:
+    scenario = SCENARIOS["stale-plan"]
+    moved = scenario.moved()
+    assert moved is not None
+    saved = Plan.from_json((scenario.folder / "plan.json").read_text())
+    reasons = stale_reasons(saved, moved.records)
+    assert reasons == [
+        "Secret/hf-token was deleted since the plan",
+        "Volume/support-chats was created since the plan",
+        "TrainingJob/support-sft changed since the plan (generation 3 -> 4)",
+    ]
+    assert (scenario.folder / "stale.txt").read_text().splitlines() == reasons
+    assert moved.serial != saved.observed_serial
+
+
+def test_the_update_command_rewrites_what_differs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    copy = tmp_path / "golden" / "replace"
+    shutil.copytree(SCENARIOS["replace"].folder, copy)
+    (copy / "plan.txt").write_text("outdated\n")
+    root = str(tmp_path / "golden")
+    assert main(["--root", root]) == 1
+    assert f"differs: {copy / 'plan.txt'}" in capsys.readouterr().out
+    assert main(["--root", root, "--update"]) == 0
+    assert (copy / "plan.txt").read_text() == (SCENARIOS["replace"].folder / "plan.txt").read_text()
+    assert main(["--root", root]) == 0
