@@ -9,8 +9,33 @@ runner mid-test.
 from __future__ import annotations
 
 import os
+import shutil
+
+import pytest
 
 worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
 # The pid keeps two test runs on one host (two checkouts, a developer and CI) apart as well.
 # Set, not defaulted: xdist workers inherit the controller's environment, and each needs its own value.
 os.environ["NODUS_RUNNER_UID"] = str(10100 + (os.getpid() * 7 + int(worker.removeprefix("gw") or 0)) % 5000)
+
+
+@pytest.fixture(scope="session")
+def base_reference(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """`oci:LAYOUT:nodus-env-base`: the real base image (mmdebstrap rootfs + this nodus-env), made once.
+
+    The layout sits beside the session's temporary folders, shared by pytest-xdist workers (a file lock makes
+    one build it while the others wait) and reused by later sessions while the recipe and nodus-env are
+    unchanged (`current_base`). The rootfs tar itself is cached per user (`nodus.builder.store.user_cache`).
+    """
+    from nodus.builder.base import BASE_TAG, build_base, current_base
+    from nodus.builder.store import Store, file_lock
+
+    for tool, package in (("mmdebstrap", "mmdebstrap"), ("podman", "podman runc uidmap")):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (apt-get install {package})")
+    shared = tmp_path_factory.getbasetemp().parent / "nodus-base"
+    store = Store(shared / "state")
+    with file_lock(shared / ".lock"):
+        if current_base(store) is None:
+            build_base(store)
+    return f"oci:{store.images}:{BASE_TAG}"

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from nodus.cli import env, schema, validate, version
+from nodus.cli import env, plan_apply, resources, schema, validate, version
 from nodus.cli.console import err_line
 from nodus.errors import NodusError
 
@@ -48,6 +48,12 @@ cli.add_command(validate.validate)
 cli.add_command(schema.schema)
 cli.add_command(version.version)
 cli.add_command(env.env_group)
+cli.add_command(plan_apply.plan_command)
+cli.add_command(plan_apply.apply_command)
+cli.add_command(resources.get)
+cli.add_command(resources.describe)
+cli.add_command(resources.wait)
+cli.add_command(resources.unlock)
 
 
 def main() -> None:

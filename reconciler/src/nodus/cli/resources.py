@@ -1,0 +1,232 @@
+"""`nodus get`, `nodus describe`, `nodus wait` and `nodus unlock`: reading observed state, and the lease.
+
+Who calls it: `nodus.cli.main` registers the commands. They open the project's state store
+(`nodus.reconciler.project`), refresh the status of running jobs from the local executor
+(`nodus.reconciler.refresh`), and print through `nodus.reconciler.views`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import click
+
+from nodus.cli.console import line, print_json, rich_console
+from nodus.errors import ConfigError
+from nodus.reconciler.project import Project
+from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey, ResourceRecord, StateStore
+from nodus.reconciler.views import columns, jsonpath
+
+_OUTPUT = click.STRING
+
+
+def resolve_kind(name: str) -> str:
+    """`tj`, `trainingjobs`, `TrainingJob` -> `TrainingJob`; an unknown name is a one-line error with the kinds."""
+    from nodus.specs.registry import KINDS, kind_for_name
+
+    found = kind_for_name(name)
+    if found is None:
+        known = ", ".join(cls.KIND for cls in KINDS)
+        raise ConfigError(f"unknown kind {name!r}", hint=f"kinds: {known} (short names such as tj, env, ep)")
+    return found.KIND
+
+
+def split_target(target: str, name: str | None = None) -> tuple[str, str | None]:
+    """`tj/NAME` or (`tj`, NAME) -> (kind, name)."""
+    kind, slash, rest = target.partition("/")
+    if slash:
+        if name:
+            raise ConfigError(f"give the name once: {target} or {kind} {name}")
+        return resolve_kind(kind), rest
+    return resolve_kind(kind), name
+
+
+def _open(path: Path | None, state: str | None) -> tuple[Project, StateStore]:
+    project = Project.find(path, state=state)
+    store = project.open_state()
+    from nodus.reconciler.refresh import refresh
+
+    refresh(project, store)
+    return project, store
+
+
+def _records(store: StateStore, kind: str, name: str | None, namespace: str | None) -> list[ResourceRecord]:
+    records = store.list(kind, namespace)
+    if name is not None:
+        records = [r for r in records if r.key.name == name]
+        if not records:
+            where = f" in project {namespace}" if namespace else ""
+            raise ConfigError(f"{kind}/{name} not found{where}", hint=f"nodus get {kind.lower()} lists them")
+    return records
+
+
+def _print(kind: str, records: list[ResourceRecord], output: str) -> None:
+    if output.startswith("jsonpath="):
+        template = output.removeprefix("jsonpath=")
+        for record in records:
+            line(jsonpath.evaluate(template, columns.document(record)))
+        return
+    if output == "json":
+        documents = [columns.document(r) for r in records]
+        print_json(documents[0] if len(documents) == 1 else {"items": documents})
+        return
+    if output == "yaml":
+        import yaml
+
+        documents = [columns.document(r) for r in records]
+        line(yaml.safe_dump_all(documents, sort_keys=False).rstrip())
+        return
+    if output not in ("table", "wide"):
+        raise ConfigError(f"-o {output!r} is not table, wide, yaml, json or jsonpath=TEMPLATE")
+    if not records:
+        line(f"No {kind} resources found.")
+        return
+    from rich.table import Table
+
+    titles, values = columns.rows(kind, records, wide=output == "wide")
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for title in titles:
+        table.add_column(title, no_wrap=True)
+    for row in values:
+        table.add_row(*row)
+    rich_console().print(table)
+
+
+@click.command("get")
+@click.argument("kind")
+@click.argument("name", required=False)
+@click.option("-o", "--output", default="table", help="table, wide, yaml, json or jsonpath=TEMPLATE.")
+@click.option("-w", "--watch", is_flag=True, help="Keep printing as the status changes (Ctrl-C stops).")
+@click.option("-n", "--project", "namespace", help="Only this project (default: all).")
+@click.option("--state", help="State store: a SQLite path or postgresql://... (default: .nodus/state.db).")
+@click.option("--path", type=click.Path(path_type=Path), help="Project folder (default: found from here).")
+def get(
+    kind: str, name: str | None, output: str, watch: bool, namespace: str | None, state: str | None, path: Path | None
+) -> None:
+    """List resources of KIND (or one, NAME) with their status."""
+    kind, name = split_target(kind, name)
+    project, store = _open(path, state)
+    try:
+        shown = _render_key(_records(store, kind, name, namespace))
+        _print(kind, _records(store, kind, name, namespace), output)
+        while watch:
+            time.sleep(2)
+            from nodus.reconciler.refresh import refresh
+
+            refresh(project, store)
+            records = _records(store, kind, name, namespace)
+            if _render_key(records) != shown:
+                shown = _render_key(records)
+                _print(kind, records, output)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        store.close()
+
+
+def _render_key(records: list[ResourceRecord]) -> list[tuple[str, int, int]]:
+    return [(str(r.key), r.generation, r.status_version) for r in records]
+
+
+@click.command("describe")
+@click.argument("target")
+@click.argument("name", required=False)
+@click.option("-n", "--project", "namespace", default=None, help="The project (default: default).")
+@click.option("--state", help="State store: a SQLite path or postgresql://...")
+@click.option("--path", type=click.Path(path_type=Path), help="Project folder (default: found from here).")
+def describe(target: str, name: str | None, namespace: str | None, state: str | None, path: Path | None) -> None:
+    """Show one resource: its spec in brief, status, conditions and events (KIND/NAME)."""
+    kind, name = split_target(target, name)
+    if name is None:
+        raise ConfigError("describe needs KIND/NAME", hint="nodus describe tj/my-run")
+    _, store = _open(path, state)
+    try:
+        record = store.get(ResourceKey(kind, namespace or DEFAULT_PROJECT, name))
+        if record is None:
+            raise ConfigError(f"{kind}/{name} not found", hint=f"nodus get {kind.lower()} lists them")
+        import yaml
+
+        line(f"Name:        {record.key.name}")
+        line(f"Project:     {record.key.project}")
+        line(f"Kind:        {kind}")
+        line(f"Generation:  {record.generation}")
+        line("Spec:")
+        line(_indent(yaml.safe_dump(record.spec.get("spec", {}), sort_keys=False)))
+        line("Status:")
+        line(_indent(yaml.safe_dump(record.status or {"phase": "Unknown"}, sort_keys=False)))
+        events = store.events(record.key)
+        line("Events:" if events else "Events:      <none>")
+        for event in events:
+            stamp = time.strftime("%H:%M:%S", time.localtime(event.at))
+            times = f" (x{event.count})" if event.count > 1 else ""
+            line(f"  {stamp}  {event.type:<7}  {event.reason:<22}  {event.message}{times}")
+    finally:
+        store.close()
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"  {row}" for row in text.rstrip().splitlines())
+
+
+_FOR = re.compile(r"jsonpath=(?P<path>\{[^}]*\}|[^=]+)=(?P<value>.*)")
+
+
+@click.command("wait")
+@click.argument("target")
+@click.option("--for", "condition", required=True, help="jsonpath='{.status.phase}'=Succeeded")
+@click.option("--timeout", default="5m", show_default=True, help="How long to wait (30s, 8m, 1h).")
+@click.option("-n", "--project", "namespace", default=None)
+@click.option("--state", help="State store: a SQLite path or postgresql://...")
+@click.option("--path", type=click.Path(path_type=Path), help="Project folder (default: found from here).")
+def wait(
+    target: str, condition: str, timeout: str, namespace: str | None, state: str | None, path: Path | None
+) -> None:
+    """Wait until a resource matches a condition (exit 1 on timeout)."""
+    from nodus.specs.types import parse_duration
+
+    kind, name = split_target(target)
+    if name is None:
+        raise ConfigError(
+            "wait needs KIND/NAME", hint="nodus wait tj/my-run --for=jsonpath='{.status.phase}'=Succeeded"
+        )
+    match = _FOR.fullmatch(condition)
+    if match is None:
+        raise ConfigError(f"--for {condition!r} is not jsonpath='{{.path}}'=VALUE")
+    deadline = time.monotonic() + parse_duration(timeout).total_seconds()
+    project, store = _open(path, state)
+    key = ResourceKey(kind, namespace or DEFAULT_PROJECT, name)
+    try:
+        from nodus.reconciler.refresh import refresh
+
+        while True:
+            record = store.get(key)
+            if record is None:
+                raise ConfigError(f"{kind}/{name} not found")
+            value = jsonpath.evaluate(match.group("path"), columns.document(record))
+            if value == match.group("value"):
+                line(f"{kind.lower()}/{name} condition met")
+                return
+            if time.monotonic() >= deadline:
+                raise ConfigError(f"timed out waiting for {kind}/{name}: {match.group('path')} is {value or '<none>'}")
+            time.sleep(1)
+            refresh(project, store)
+    finally:
+        store.close()
+
+
+@click.command("unlock")
+@click.argument("lease_id")
+@click.option("--state", help="State store: a SQLite path or postgresql://...")
+@click.option("--path", type=click.Path(path_type=Path), help="Project folder (default: found from here).")
+def unlock(lease_id: str, state: str | None, path: Path | None) -> None:
+    """Break the apply lease LEASE_ID (after its holder died; the error that named it gave the ID)."""
+    store = Project.find(path, state=state).open_state()
+    try:
+        broken = store.break_lease(lease_id)
+        if broken is None:
+            raise ConfigError(f"no lease {lease_id}", hint="the lease may have been released or expired already")
+        line(f"unlocked: lease {broken.id} of {broken.holder} ({broken.operation})")
+    finally:
+        store.close()

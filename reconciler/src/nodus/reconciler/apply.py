@@ -1,0 +1,250 @@
+"""`nodus apply`: make observed state match a plan, under the apply lease, in dependency waves, idempotently.
+
+Who calls it: the `nodus apply` command (`nodus.cli.apply_cmd`) with a plan made on the spot under the lease,
+or a saved plan (`--out plan.json` of `nodus plan`), which is applied exactly or refused as stale.
+
+Order of work, and why:
+1. take the lease (`apply`): two applies never interleave; the second fails fast naming the holder;
+2. for a saved plan, refuse it when anything it was made against has moved (`stale_reasons`);
+3. admit every TrainingJob of the plan before writing anything: a refused parameter costs nothing and
+   leaves no half-applied state;
+4. per wave (Secrets and Volumes, then Environments and runtimes, then jobs, then agent runs), write the
+   specs in one transaction, then let each kind's controller act: an Environment becomes Ready (built
+   first with `--build`), a TrainingJob is launched. A launch is recorded under an idempotency key
+   (`<key>/gen<generation>/attempt1`) before the executor is asked, and the executor itself starts nothing
+   twice, so an apply killed at any point and run again converges to one job per TrainingJob.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nodus.errors import PlanError, SpecError
+from nodus.reconciler.planning.diff import Action, Plan, stale_reasons, wave_of
+from nodus.reconciler.project import Project, holder
+from nodus.reconciler.state.records import JSONObject, ResourceKey, StateStore
+
+LEASE_TTL_S = 300.0
+Reporter = Callable[[str, str], None]
+"""`report(resource, what happened)`: progress lines of the CLI."""
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One step of a plan as apply carries it out."""
+
+    action: str
+    """create, update, replace, delete or noop."""
+    key: ResourceKey
+    document: JSONObject | None
+    """The desired document (None for delete)."""
+    source: str | None = None
+    """`file:line` of the spec, for messages and for building Environments."""
+
+
+@dataclass
+class ApplyOptions:
+    build: bool = False
+    """Build Environments that are not in nodus.lock or the store (nodus-build) instead of waiting."""
+    network: str = "host"
+    """The build's freeze-step network (`nodus-build --network`)."""
+
+
+@dataclass
+class ApplyReport:
+    written: list[tuple[str, ResourceKey]] = field(default_factory=list)
+    launched: list[str] = field(default_factory=list)
+    statuses: dict[ResourceKey, JSONObject] = field(default_factory=dict)
+
+
+def wave(kind: str) -> int:
+    """The planner's dependency waves (Secrets and Volumes first, agent runs last)."""
+    return wave_of(kind)
+
+
+def _silent(resource: str, message: str) -> None:
+    return None
+
+
+def operations_of(actions: Iterable[Action]) -> list[Operation]:
+    """A plan's actions as apply carries them out."""
+    return [Operation(action.type, action.key, action.desired, action.source) for action in actions]
+
+
+def apply_plan(
+    make_plan: Callable[[StateStore], Plan],
+    *,
+    project: Project,
+    store: StateStore,
+    options: ApplyOptions | None = None,
+    reporter: Reporter | None = None,
+    saved: bool = False,
+    operation: str = "apply",
+) -> tuple[Plan, ApplyReport]:
+    """Take the lease, make (or check) the plan under it, and carry it out.
+
+    `make_plan(store)` runs under the lease, so a plan made on the spot cannot be overtaken by another apply;
+    for a saved plan (`saved=True`) it returns the saved plan and `stale_reasons` must be empty.
+    """
+    lease = store.acquire_lease("apply", holder(), operation, LEASE_TTL_S)
+    try:
+        plan = make_plan(store)
+        if saved:
+            reasons = stale_reasons(plan, store.list())
+            if reasons:
+                raise PlanError(
+                    "the saved plan is stale: " + "; ".join(reasons), hint="run nodus plan again and apply the new plan"
+                )
+        result = apply_operations(
+            operations_of(plan.actions), project=project, store=store, options=options, reporter=reporter
+        )
+        return plan, result
+    finally:
+        store.release_lease(lease)
+
+
+def apply_operations(
+    operations: Sequence[Operation],
+    *,
+    project: Project,
+    store: StateStore,
+    options: ApplyOptions | None = None,
+    reporter: Reporter | None = None,
+) -> ApplyReport:
+    """Carry out `operations` (the caller holds the lease): admission, then writes and controllers per wave."""
+    options = options or ApplyOptions()
+    report = reporter or _silent
+    _admit_all(operations, store)
+    result = ApplyReport()
+    for number in sorted({wave(op.key.kind) for op in operations}):
+        batch = [op for op in operations if wave(op.key.kind) == number]
+        _write(batch, store, result, report)
+        for op in batch:
+            if op.action != "delete":
+                _reconcile(op, project=project, store=store, options=options, result=result, report=report)
+    for op in sorted((o for o in operations if o.action == "delete"), key=lambda o: -wave(o.key.kind)):
+        _delete(op, project=project, store=store, result=result, report=report)
+    return result
+
+
+def _admit_all(operations: Iterable[Operation], store: StateStore) -> None:
+    """Refuse the whole apply if any TrainingJob it writes would not be admitted (nothing written yet)."""
+    from nodus.reconciler.controllers.admission import admit, runtime_key
+
+    pending = {op.key: op.document for op in operations if op.document is not None}
+    problems: list[str] = []
+    for op in operations:
+        if op.key.kind != "TrainingJob" or op.document is None or op.action == "noop":
+            continue
+        runtime = _document(runtime_key(op.document), pending, store)
+        environments = {
+            key: document
+            for key, document in [*((r.key, r.spec) for r in store.list("Environment")), *pending.items()]
+            if key.kind == "Environment"
+        }
+        verdict = admit(op.document, runtime, environments)
+        if not verdict.admitted:
+            where = f"{op.source}: " if op.source else ""
+            problems.append(f"{where}TrainingJob/{op.key.name}: {verdict.reason}: {verdict.message}")
+    if problems:
+        raise SpecError(problems, hint="nothing was applied; fix the specs and apply again")
+
+
+def _document(
+    key: ResourceKey, pending: Mapping[ResourceKey, JSONObject | None], store: StateStore
+) -> JSONObject | None:
+    if key in pending:
+        return pending[key]
+    record = store.get(key)
+    return None if record is None else record.spec
+
+
+def _write(batch: Sequence[Operation], store: StateStore, result: ApplyReport, report: Reporter) -> None:
+    """Write every spec of a wave in one transaction (all of them or none)."""
+    with store.transaction():
+        for op in batch:
+            if op.action in ("create", "update") and op.document is not None:
+                store.put(op.key, op.document)
+            elif op.action == "replace" and op.document is not None:
+                # A replacement is a new generation with a fresh status: its launch key is new, so the
+                # controller starts the replacement, and the old job is stopped first (below).
+                store.put(op.key, op.document)
+                store.set_status(op.key, {"phase": "Pending", "reason": "Replaced"})
+            else:
+                continue
+            result.written.append((op.action, op.key))
+            report(str(op.key), {"create": "created", "update": "updated", "replace": "replaced"}[op.action])
+
+
+def _reconcile(
+    op: Operation, *, project: Project, store: StateStore, options: ApplyOptions, result: ApplyReport, report: Reporter
+) -> None:
+    record = store.get(op.key)
+    if record is None:
+        return
+    status: JSONObject | None = None
+    if op.key.kind == "Environment":
+        status = _reconcile_environment(record.spec, op.source, project=project, options=options, report=report)
+    elif op.key.kind == "TrainingJob":
+        from nodus.reconciler.controllers.trainingjob import reconcile_trainingjob
+
+        status, launched = reconcile_trainingjob(record, project=project, store=store)
+        if launched:
+            result.launched.append(launched)
+            report(str(op.key), f"launched {launched}")
+    elif op.key.kind == "TrainingRuntime":
+        status = {"phase": "Ready"}
+    if status is not None:
+        if op.source:
+            status = {**status, "source": op.source}
+        if status != record.status:
+            store.set_status(op.key, status)
+        result.statuses[op.key] = status
+        if op.key.kind == "Environment" and status.get("phase") != "Ready":
+            report(str(op.key), f"{status.get('phase')}: {status.get('message', status.get('reason', ''))}")
+
+
+def _reconcile_environment(
+    document: JSONObject, source: str | None, *, project: Project, options: ApplyOptions, report: Reporter
+) -> JSONObject:
+    from nodus.reconciler.controllers.environment import reconcile_environment
+
+    spec_file = Path(source.rsplit(":", 2)[0]) if source else None
+
+    def build(path: Path) -> tuple[bool, str]:
+        from nodus.builder.build import BuildOptions, build_paths
+
+        report(f"Environment/{document['metadata']['name']}", "building (nodus-build)")
+        name = document["metadata"]["name"]
+        results = build_paths(
+            [path],
+            store=project.files,
+            lock_path=project.lock_path,
+            options=BuildOptions(network=options.network),
+            only=lambda parsed: parsed.resource.metadata.name == name,
+        )
+        failed = [r for r in results if r.status == "failed"]
+        return (not failed, failed[0].error if failed else "")
+
+    return reconcile_environment(
+        document,
+        spec_file=spec_file,
+        lock_path=project.lock_path,
+        images=project.files.images,
+        build=build if options.build else None,
+    )
+
+
+def _delete(op: Operation, *, project: Project, store: StateStore, result: ApplyReport, report: Reporter) -> None:
+    record = store.mark_deleting(op.key)
+    if record is None:
+        return
+    if op.key.kind in ("TrainingJob", "Job"):
+        from nodus.reconciler.controllers.trainingjob import stop_jobs
+
+        stop_jobs(record, project=project, store=store)
+    store.delete(op.key)
+    result.written.append(("delete", op.key))
+    report(str(op.key), "deleted")

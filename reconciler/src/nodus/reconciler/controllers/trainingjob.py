@@ -1,0 +1,156 @@
+"""The TrainingJob controller: admit, compile to a job, launch it once, and follow it.
+
+Who calls it: `nodus apply` (after the Environments and runtimes of the same apply are written and Ready)
+and `nodus.reconciler.refresh`, which copies the running job's status back into the TrainingJob record.
+
+A TrainingJob compiles into a local-executor `JobSpec`: the runtime's command and env, the merged and
+schema-checked parameters (written to `NODUS_INPUT_PARAMS/params.json` as the seeds' "Bring your own
+runtime" table describes), the Environment to serve tasks and gradings from through the attempt API, the
+host's price and the job's cap. Launches are recorded under `<key>/gen<generation>/attempt1` before the
+executor is asked, and the executor starts nothing twice, so repeated or interrupted applies launch once.
+"""
+
+from __future__ import annotations
+
+import os
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from nodus.reconciler.controllers.admission import Admission, admit, runtime_key
+from nodus.reconciler.executor.job import EnvironmentSpec, JobSpec
+from nodus.reconciler.executor.local import LocalExecutor
+from nodus.reconciler.project import Project
+from nodus.reconciler.state.records import JSONObject, Launch, ResourceKey, ResourceRecord, StateStore
+
+PRICE_VARIABLE = "NODUS_LOCAL_PRICE_PER_HOUR"
+"""US dollars per hour this machine costs (default 0: your own machine); cost = running time x price."""
+INTERVAL_VARIABLE = "NODUS_ACCOUNTING_INTERVAL"
+"""Seconds between cost accounting steps of the local executor (default 10)."""
+
+
+def executor(project: Project) -> LocalExecutor:
+    return LocalExecutor(project.jobs, record_wire=os.environ.get("NODUS_RECORD_WIRE") == "1")
+
+
+def launch_key(record: ResourceRecord) -> str:
+    return f"{record.key.kind}/{record.key.project}/{record.key.name}/gen{record.generation}/attempt1"
+
+
+def reconcile_trainingjob(
+    record: ResourceRecord, *, project: Project, store: StateStore
+) -> tuple[JSONObject, str | None]:
+    """The job's status after this pass, and the launch key if this pass launched it."""
+    runtime = store.get(runtime_key(record.spec))
+    environments = {r.key: r.spec for r in store.list("Environment")}
+    verdict = admit(record.spec, runtime.spec if runtime else None, environments)
+    if not verdict.admitted:
+        return {"phase": "Failed", "reason": verdict.reason, "message": verdict.message}, None
+    environment = store.get(verdict.environment) if verdict.environment else None
+    if environment is not None and environment.status.get("phase") != "Ready":
+        reason = environment.status.get("reason", "NotReady")
+        return {
+            "phase": "Pending",
+            "reason": "EnvironmentNotReady",
+            "message": f"Environment {environment.key.name} is not Ready ({reason})",
+        }, None
+    assert runtime is not None  # admitted
+    jobs = executor(project)
+    spec = compile_job(record, verdict, runtime, environment)
+    exists = jobs.exists(record.key.project, record.key.name)
+    if record.spec["spec"].get("state") == "Suspended":
+        if exists:
+            jobs.suspend(record.key.project, record.key.name)
+            return job_status(jobs, record), None
+        return {"phase": "Suspended", "reason": "SuspendRequested", "message": "spec.state is Suspended"}, None
+    _, new = store.record_launch(Launch(launch_key(record), record.key, job=record.key.name))
+    if exists:
+        _follow_cap(jobs, record, spec)
+    jobs.launch(spec)
+    return job_status(jobs, record), (launch_key(record) if new else None)
+
+
+def _follow_cap(jobs: LocalExecutor, record: ResourceRecord, spec: JobSpec) -> None:
+    """A raised cap (or `state: Running` again) resumes a Suspended job from its checkpoint."""
+    status = jobs.status(record.key.project, record.key.name)
+    if status.get("phase") == "Suspended" and status.get("generation", record.generation) == record.generation:
+        jobs.resume(record.key.project, record.key.name, max_cost_usd=spec.max_cost_usd)
+
+
+def compile_job(
+    record: ResourceRecord, verdict: Admission, runtime: ResourceRecord, environment: ResourceRecord | None
+) -> JobSpec:
+    """The executor's JobSpec of an admitted TrainingJob."""
+    spec = record.spec["spec"]
+    runtime_spec = runtime.spec["spec"]
+    env_spec = None
+    if environment is not None:
+        tasks = spec.get("environment") or {}
+        env_spec = EnvironmentSpec(
+            name=environment.key.name,
+            version=environment.spec["spec"]["version"],
+            paths=tuple(_package_paths(environment)),
+            loader=environment.spec["spec"]["package"].get("loader"),
+            train_tasks=int(tasks.get("trainTasks") or 256),
+            held_out_tasks=int(tasks.get("heldOutTasks") or 64),
+            seed=int(tasks.get("seed") or 0),
+        )
+    params = {
+        "task": spec.get("task") or (runtime_spec.get("tasks") or ["RL"])[0],
+        "mode": spec.get("mode", "Train"),
+        "parameters": verdict.parameters,
+        "data": spec.get("data"),
+        "environment": spec.get("environment"),
+        "evaluation": spec.get("evaluation") or {"baseline": True, "final": True},
+        "trainingJob": record.key.name,
+        "modelRevision": (verdict.model or {}).get("uri"),
+    }
+    return JobSpec(
+        name=record.key.name,
+        project=record.key.project,
+        command=tuple(str(part) for part in runtime_spec["command"]),
+        kind="TrainingJob",
+        generation=record.generation,
+        attempt=1,
+        env={**(runtime_spec.get("env") or {}), **(spec.get("env") or {})},
+        environment=env_spec,
+        params=params,
+        price_per_hour_usd=str(Decimal(os.environ.get(PRICE_VARIABLE, "0"))),
+        max_cost_usd=spec.get("maxCostUSD"),
+        accounting_interval_s=float(os.environ.get(INTERVAL_VARIABLE, "10")),
+    )
+
+
+def _package_paths(environment: ResourceRecord) -> list[str]:
+    """Where a path package lives on this host (graders in process mode load it from there)."""
+    package = environment.spec["spec"]["package"]
+    source = environment.status.get("source")
+    if not package.get("path") or not source:
+        return []
+    spec_file = Path(str(source).rsplit(":", 1)[0])
+    return [str((spec_file.parent / package["path"]).resolve())]
+
+
+def job_status(jobs: LocalExecutor, record: ResourceRecord) -> JSONObject:
+    """The executor's view of a job as TrainingJob status: phase, reason, stage, step, metrics, cost..."""
+    if not jobs.exists(record.key.project, record.key.name):
+        return {"phase": "Pending"}
+    raw = jobs.status(record.key.project, record.key.name)
+    status: dict[str, Any] = {"phase": raw.get("phase", "Pending")}
+    for name in ("reason", "message", "stage", "step", "totalSteps", "metrics", "summary", "attempt"):
+        if raw.get(name) not in (None, "", {}):
+            status[name] = raw[name]
+    if raw.get("costUSD") is not None:
+        status["cost"] = {"totalUSD": str(raw["costUSD"]), "limitUSD": record.spec["spec"].get("maxCostUSD")}
+    return status
+
+
+def stop_jobs(record: ResourceRecord, *, project: Project, store: StateStore) -> None:
+    """Deleting a TrainingJob cancels its job (its folder stays for `nodus logs` until pruned)."""
+    jobs = executor(project)
+    if jobs.exists(record.key.project, record.key.name):
+        jobs.cancel(record.key.project, record.key.name)
+
+
+def keys_with_jobs(store: StateStore) -> list[ResourceKey]:
+    return [record.key for record in store.list("TrainingJob") if store.launches(record.key)]

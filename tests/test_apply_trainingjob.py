@@ -1,0 +1,118 @@
+"""End to end through the CLI: nodus-build an Environment, `nodus plan`, `nodus apply --wait` a TrainingJob that
+runs the attempt-API test runtime, `nodus get`, and a plan with nothing left to do.
+
+Needs podman and the base image (the build), so it is marked like the builder's tests; the trainer is
+`reconciler/tests/executor/runtimes/echo_trainer.py`, graded by the catalog's arithmetic environment.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nodus.builder.cli import main as nodus_build
+from nodus.cli.main import cli
+
+pytestmark = [pytest.mark.podman, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+ECHO_TRAINER = REPO / "reconciler" / "tests" / "executor" / "runtimes" / "echo_trainer.py"
+
+RUNTIME = """apiVersion: nodus.dev/v1beta1
+kind: TrainingRuntime
+metadata: {{name: echo}}
+spec:
+  command: [{python}, {trainer}]
+  tasks: [GRPO]
+  environmentTasks: AttemptAPI
+  parameterSchema:
+    type: object
+    additionalProperties: false
+    properties:
+      steps: {{type: integer, minimum: 1}}
+      sleepS: {{type: number}}
+      batch: {{type: integer}}
+      evaluate: {{type: boolean}}
+  defaults: {{steps: 3, sleepS: 0.05, batch: 4}}
+"""
+JOB = """apiVersion: nodus.dev/v1beta1
+kind: TrainingJob
+metadata: {{name: echo-run}}
+spec:
+  runtime: echo
+  environment: {{name: nodus/arithmetic@2.0.0, trainTasks: 20, heldOutTasks: 8, seed: 42}}
+  parameters: {parameters}
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, base_reference: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project with the arithmetic Environment (built), the echo runtime and one TrainingJob."""
+    root = tmp_path / "project"
+    shutil.copytree(REPO / "catalog" / "arithmetic", root / "arithmetic", ignore=shutil.ignore_patterns("tests"))
+    (root / "runtime.yaml").write_text(RUNTIME.format(python=sys.executable, trainer=ECHO_TRAINER))
+    (root / "job.yaml").write_text(JOB.format(parameters="{steps: 4}"))
+    flags = ["--network", "none", "--base", base_reference, "--lock", str(root / "nodus.lock")]
+    with pytest.raises(SystemExit) as exited:
+        nodus_build([str(root / "arithmetic"), *flags, "--state-dir", str(root / ".nodus"), "--json"])
+    assert exited.value.code == 0
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("NODUS_RECORD_WIRE", "1")
+    monkeypatch.setenv("NODUS_ACCOUNTING_INTERVAL", "0.5")
+    monkeypatch.setenv("NODUS_LOCAL_PRICE_PER_HOUR", "3.60")
+    return root
+
+
+def nodus(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def test_plan_apply_wait_get_then_nothing_to_do(project: Path) -> None:
+    code, output = nodus("plan", str(project))
+    assert code == 2, output
+    assert "+ Environment/nodus/arithmetic" in output and "+ TrainingJob/echo-run" in output
+    assert "Plan: 3 to add" in output
+
+    code, output = nodus("apply", str(project), "--yes", "--wait", "--timeout", "3m")
+    assert code == 0, output
+    assert "TrainingJob/echo-run: launched" in output
+    assert "TrainingJob/echo-run: Succeeded" in output
+
+    code, output = nodus("get", "tj", "echo-run", "-o", "jsonpath={.status.phase} {.status.stage}")
+    assert code == 0 and output.split() in (["Succeeded", "Evaluating"], ["Succeeded", "Exporting"]), output
+    code, output = nodus("get", "env", "arithmetic", "-o", "json")
+    status = json.loads(output)["status"]
+    assert status["phase"] == "Ready" and status["splits"] == {"train": 5000, "test": 500}
+
+    # The trainer never received an answer: every byte that crossed the attempt socket was recorded.
+    wire = project / ".nodus" / "jobs" / "default" / "echo-run" / "logs" / "attempt-wire.jsonl"
+    crossed = [json.loads(line) for line in wire.read_text().splitlines()]
+    tasks = [entry for entry in crossed if entry.get("path", "").endswith("/tasks")]
+    assert tasks, crossed[:2]
+    for entry in tasks:
+        response = entry["response"]
+        files = (json.loads(response) if isinstance(response, str) else response)["files"]
+        for text in files.values():
+            assert all(set(json.loads(line)) == {"taskId", "prompt", "metadata"} for line in text.splitlines())
+
+    # Applied: the same files plan to nothing, and a second apply launches nothing.
+    code, output = nodus("plan", str(project))
+    assert code == 0 and "No changes" in output, output
+    code, output = nodus("apply", str(project), "--yes")
+    assert code == 0 and "0 launched" in output
+
+
+def test_a_parameter_typo_is_refused_before_anything_is_written(project: Path) -> None:
+    (project / "job.yaml").write_text(JOB.format(parameters="{learning_rate: 0.1}"))
+    code, output = nodus("apply", str(project), "--yes")
+    assert code == 1
+    assert "TrainingJob/echo-run: InvalidParameters: spec.parameters.learning_rate" in output
+    assert "nothing was applied" in output
+    code, output = nodus("get", "env")
+    assert "No Environment resources found." in output
