@@ -47,7 +47,7 @@ spec:
   runtime: echo
   environment: {{name: nodus/arithmetic@2.0.0, trainTasks: 20, heldOutTasks: 8, seed: 42}}
   parameters: {parameters}
-"""
+{extra}"""
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def project(tmp_path: Path, base_reference: str, monkeypatch: pytest.MonkeyPatch
     root = tmp_path / "project"
     shutil.copytree(REPO / "catalog" / "arithmetic", root / "arithmetic", ignore=shutil.ignore_patterns("tests"))
     (root / "runtime.yaml").write_text(RUNTIME.format(python=sys.executable, trainer=ECHO_TRAINER))
-    (root / "job.yaml").write_text(JOB.format(parameters="{steps: 4}"))
+    (root / "job.yaml").write_text(JOB.format(parameters="{steps: 4}", extra=""))
     flags = ["--network", "none", "--base", base_reference, "--lock", str(root / "nodus.lock")]
     with pytest.raises(SystemExit) as exited:
         nodus_build([str(root / "arithmetic"), *flags, "--state-dir", str(root / ".nodus"), "--json"])
@@ -109,10 +109,69 @@ def test_plan_apply_wait_get_then_nothing_to_do(project: Path) -> None:
 
 
 def test_a_parameter_typo_is_refused_before_anything_is_written(project: Path) -> None:
-    (project / "job.yaml").write_text(JOB.format(parameters="{learning_rate: 0.1}"))
+    (project / "job.yaml").write_text(JOB.format(parameters="{learning_rate: 0.1}", extra=""))
     code, output = nodus("apply", str(project), "--yes")
     assert code == 1
     assert "TrainingJob/echo-run: InvalidParameters: spec.parameters.learning_rate" in output
     assert "nothing was applied" in output
     code, output = nodus("get", "env")
     assert "No Environment resources found." in output
+
+
+def test_cp_verifies_the_recorded_sha256(project: Path, tmp_path: Path) -> None:
+    assert nodus("apply", str(project), "--yes", "--wait", "--timeout", "3m")[0] == 0
+    code, output = nodus("cp", "tj/echo-run:outputs/results.json", str(tmp_path))
+    assert code == 0 and "verified" in output, output
+    assert json.loads((tmp_path / "results.json").read_text())
+    produced = project / ".nodus" / "jobs" / "default" / "echo-run" / "outputs" / "results.json"
+    produced.write_text(produced.read_text() + " ")
+    (tmp_path / "results.json").unlink()
+    code, output = nodus("cp", "tj/echo-run:outputs/results.json", str(tmp_path))
+    assert code == 1 and "no longer matches the sha256 recorded" in output
+    assert not (tmp_path / "results.json").exists()
+    code, output = nodus("logs", "tj/echo-run")
+    assert code == 0 and output.strip()
+
+
+def test_a_cap_suspends_and_raising_it_resumes_from_the_checkpoint(project: Path) -> None:
+    # $3.60 an hour is $0.0005 per 0.5 s interval; 80 steps of 0.1 s cost about $0.008 and more.
+    (project / "job.yaml").write_text(
+        JOB.format(parameters="{steps: 80, sleepS: 0.1}", extra='  maxCostUSD: "0.005"\n')
+    )
+    assert nodus("apply", str(project), "--yes")[0] == 0
+    code, output = nodus("wait", "tj/echo-run", "--for=jsonpath={.status.phase}=Suspended", "--timeout", "2m")
+    assert code == 0, output
+    code, output = nodus("get", "tj", "echo-run", "-o", "json")
+    status = json.loads(output)["status"]
+    assert status["reason"] == "MaxCostReached"
+    assert float(status["cost"]["totalUSD"]) <= 0.005 + 0.0005  # never more than one interval over the cap
+    steps = project / ".nodus" / "jobs" / "default" / "echo-run" / "state" / "steps.jsonl"
+    done = len(steps.read_text().splitlines())
+    assert 0 < done < 80
+
+    # A lower cap is refused; a higher one resumes the same run from its checkpoint.
+    code, output = nodus("patch", "tj/echo-run", "-p", '{"spec": {"maxCostUSD": "0.004"}}')
+    assert code == 1 and "can only be raised" in output
+    code, output = nodus("patch", "tj/echo-run", "-p", '{"spec": {"maxCostUSD": "1.00"}}')
+    assert code == 0, output
+    code, output = nodus("wait", "tj/echo-run", "--for=jsonpath={.status.phase}=Succeeded", "--timeout", "2m")
+    assert code == 0, output
+    ran = [json.loads(line)["step"] for line in steps.read_text().splitlines()]
+    assert sorted(set(ran)) == list(range(80))
+    assert len(ran) <= 81  # resumed, not restarted (at most the interrupted step runs twice)
+
+
+def test_a_second_apply_fails_fast_naming_the_lease_holder(project: Path) -> None:
+    from nodus.reconciler.project import Project
+
+    store = Project.find(project).open_state()
+    lease = store.acquire_lease("apply", "alice@ci pid 42", "apply examples/", 300)
+    try:
+        code, output = nodus("apply", str(project), "--yes")
+        assert code == 1
+        assert "locked by alice@ci pid 42 (apply examples/)" in output and f"nodus unlock {lease.id}" in output
+        code, output = nodus("unlock", lease.id)
+        assert code == 0 and "unlocked" in output
+        assert nodus("apply", str(project), "--yes")[0] == 0
+    finally:
+        store.close()

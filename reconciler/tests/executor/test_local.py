@@ -238,7 +238,7 @@ def test_a_hung_supervisor_is_killed_and_the_job_fails_when_no_attempts_are_left
 def test_a_cap_reached_mid_run_suspends_and_raising_it_resumes_from_the_checkpoint(jobs: Any) -> None:
     # $36/h is a cent a second; one 0.2 s interval costs $0.002. The trainer ignores SIGTERM and the grace is
     # 3 s: stopping it for the cap must still not take more than one interval.
-    spec = jobs.spec(parameters={"steps": 30, "sleepS": 0.1, "ignoreSigterm": True}, max_cost_usd="0.03")
+    spec = jobs.spec(parameters={"steps": 40, "sleepS": 0.1, "ignoreSigterm": True}, max_cost_usd="0.05")
     files = jobs.launch(spec)
     jobs.until(lambda: (jobs.checkpoint() or 0) >= 1, "a checkpoint")
     supervisor = jobs.status()["supervisorPid"]
@@ -250,13 +250,13 @@ def test_a_cap_reached_mid_run_suspends_and_raising_it_resumes_from_the_checkpoi
     status = jobs.wait()
     assert status["phase"] == SUSPENDED and status["reason"] == "MaxCostReached", status.get("message")
     interval = spec.interval_cost()
-    assert Decimal("0.03") - 2 * interval <= _cost(status) <= Decimal("0.03") + interval
+    assert Decimal("0.05") - 2 * interval <= _cost(status) <= Decimal("0.05") + interval
     closed = [e for e in jobs.events() if e["type"] == "GradersClosed"]
     assert closed and closed[-1]["graders"] >= 1
     assert _gone(graders)  # the graders were removed with the run
     assert _gone([(supervisor, status["supervisorStartTicks"]), (status["trainerPid"], status["trainerStartTicks"])])
     at_cap = jobs.checkpoint()
-    assert at_cap is not None and at_cap < 29
+    assert at_cap is not None and at_cap < 39
 
     with pytest.raises(ConfigError, match="no room under maxCostUSD"):
         jobs.executor.resume(PROJECT, "tj")
@@ -267,12 +267,22 @@ def test_a_cap_reached_mid_run_suspends_and_raising_it_resumes_from_the_checkpoi
     assert status["phase"] == SUCCEEDED, status.get("message")
     first_pid = jobs.steps()[0]["pid"]
     resumed = [s["step"] for s in jobs.steps() if s["pid"] != first_pid]
-    assert resumed == list(range(at_cap + 1, 30))  # the same attempt, on from its checkpoint
-    assert {s["attempt"] for s in jobs.steps()} == {"1"} and {s["step"] for s in jobs.steps()} == set(range(30))
+    assert resumed == list(range(at_cap + 1, 40))  # the same attempt, on from its checkpoint
+    assert {s["attempt"] for s in jobs.steps()} == {"1"} and {s["step"] for s in jobs.steps()} == set(range(40))
     sessions = status["sessions"]
     assert [s["reason"] for s in sessions] == ["MaxCostReached", "TrainerSucceeded"]
     assert _cost(status) == sum(Decimal(s["costUSD"]) for s in sessions) <= Decimal(5)
     assert json.loads(files.spec.read_text())["maxCostUSD"] == "5"
+
+
+def test_a_cap_raised_while_the_job_runs_is_the_one_it_stops_at(jobs: Any) -> None:
+    spec = jobs.spec(parameters={"steps": 500, "sleepS": 0.05}, max_cost_usd="0.02")
+    jobs.launch(spec)
+    jobs.executor.resume(PROJECT, "tj", max_cost_usd="0.035")  # running (or about to): only the cap changes
+    status = jobs.wait()
+    assert status["phase"] == SUSPENDED and status["reason"] == "MaxCostReached"
+    assert Decimal("0.02") + spec.interval_cost() < _cost(status) <= Decimal("0.035") + spec.interval_cost()
+    assert status["maxCostUSD"] == "0.035"
 
 
 def test_a_failing_trainer_fails_the_job_with_the_tail_of_its_log(jobs: Any) -> None:
@@ -377,3 +387,30 @@ def test_two_jobs_run_at_once_with_runner_uids_of_their_own(jobs: Any) -> None:
     c = jobs.launch(jobs.spec("c", parameters={"steps": 1}))
     assert json.loads(c.grading.read_text())["runner_uid_base"] == jobs.grading.runner_uid_base
     assert jobs.wait("c")["phase"] == SUCCEEDED
+
+
+def test_the_supervisor_command_refuses_a_folder_without_a_job_in_one_line(tmp_path: Any) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "nodus.reconciler.executor.supervisor", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr == f"error: no job in {tmp_path / 'nope'} (spec.json is missing)\n"
+
+
+def test_a_supervisor_started_by_hand_on_a_finished_job_changes_nothing(jobs: Any) -> None:
+    files = jobs.launch(jobs.spec(parameters={"steps": 1, "evaluate": False}))
+    before = jobs.wait()
+    assert before["phase"] == SUCCEEDED
+    result = subprocess.run(
+        [sys.executable, "-m", "nodus.reconciler.executor.supervisor", str(files.dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0 and "is Succeeded; nothing to supervise" in result.stderr
+    assert jobs.status() == before

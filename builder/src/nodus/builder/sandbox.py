@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodus.builder.store import file_lock, user_cache
 from nodus.errors import BuildError, PrerequisiteError
 
 PODMAN = ("podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs")
@@ -94,7 +95,10 @@ def run_script(
         command += ["-v", f"{mount.host}:{mount.target}:{'rw' if mount.writable else 'ro'}"]
     for name, value in sorted((env or {}).items()):
         command += ["-e", f"{name}={value}"]
-    with _podman_name(layout) as named:
+    # podman keeps its copy under the config digest, which two identical builds share: one build's cleanup
+    # would delete the image from under the other's run. Runs of one image wait for each other instead.
+    lock = user_cache() / "podman-runs" / f"{config_digest.removeprefix('sha256:')}.lock"
+    with file_lock(lock), _podman_name(layout) as named:
         command += [f"oci:{named}:{tag}", "-c", script]
         try:
             result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from nodus.cli import env, plan_apply, resources, schema, validate, version
+from nodus.cli import env, jobs, plan_apply, resources, schema, validate, version
 from nodus.cli.console import err_line
 from nodus.errors import NodusError
 
@@ -54,6 +54,11 @@ cli.add_command(resources.get)
 cli.add_command(resources.describe)
 cli.add_command(resources.wait)
 cli.add_command(resources.unlock)
+cli.add_command(jobs.logs)
+cli.add_command(jobs.cp)
+cli.add_command(jobs.cancel)
+cli.add_command(jobs.delete)
+cli.add_command(jobs.patch)
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
 from nodus.errors import PlanError, SpecError
@@ -145,11 +146,31 @@ def _admit_all(operations: Iterable[Operation], store: StateStore) -> None:
             if key.kind == "Environment"
         }
         verdict = admit(op.document, runtime, environments)
+        where = f"{op.source}: " if op.source else ""
         if not verdict.admitted:
-            where = f"{op.source}: " if op.source else ""
             problems.append(f"{where}TrainingJob/{op.key.name}: {verdict.reason}: {verdict.message}")
+        lowered = _lowered_cap(store, op)
+        if lowered:
+            problems.append(f"{where}TrainingJob/{op.key.name}: spec.maxCostUSD: {lowered}")
     if problems:
         raise SpecError(problems, hint="nothing was applied; fix the specs and apply again")
+
+
+def _lowered_cap(store: StateStore, op: Operation) -> str | None:
+    """Why a cap change is refused (a spending cap can only be raised), or None."""
+    record = store.get(op.key)
+    if record is None or op.document is None or op.action == "replace":
+        return None
+    before = record.spec.get("spec", {}).get("maxCostUSD")
+    after = op.document.get("spec", {}).get("maxCostUSD")
+    if before is None:
+        return None
+    if after is None:
+        # Removing the cap on a capped job would lift every limit at once: say so rather than guess.
+        return f"a spending cap can only be raised, not removed (it is {before})"
+    if Decimal(str(after)) < Decimal(str(before)):
+        return f"a spending cap can only be raised (it is {before}; asked for {after})"
+    return None
 
 
 def _document(

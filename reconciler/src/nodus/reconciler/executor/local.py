@@ -126,6 +126,8 @@ class LocalExecutor:
                 if spec.generation > old.generation:
                     _clear(files)
             carried = files.read_status() if current is not None else {}
+            for request in (files.suspend_request, files.cancel_request):
+                request.unlink(missing_ok=True)  # meant for the run this launch replaces
             self._prepare(files, spec, carried, LAUNCHED)
             self._spawn(files, spec)
 
@@ -162,9 +164,8 @@ class LocalExecutor:
             if status.get("phase") in phases:
                 return status
             if time.monotonic() >= deadline:
-                raise TemporaryError(
-                    f"job {project}/{name} is {status.get('phase')} after {timeout_s:g}s, not {'/'.join(phases)}"
-                )
+                phase, wanted = status.get("phase"), "/".join(sorted(phases))
+                raise TemporaryError(f"job {project}/{name} is {phase} after {timeout_s:g}s, not {wanted}")
             time.sleep(0.05)
 
     # --- act ---------------------------------------------------------------------------------------
@@ -250,6 +251,7 @@ class LocalExecutor:
             if self._supervisor_running(files):
                 return
             _end_trainer(status)
+            _remove_socket(files)
             _record(files, reason, {"phase": phase, "reason": reason, "message": message})
 
     def _supervisor_running(self, files: JobFiles) -> bool:
@@ -395,6 +397,14 @@ def _end_supervisor(files: JobFiles, status: dict[str, Any]) -> None:
     deadline = time.monotonic() + 10.0
     while lock_held(files.supervisor_lock) and time.monotonic() < deadline:
         time.sleep(0.05)
+    _remove_socket(files)
+
+
+def _remove_socket(files: JobFiles) -> None:
+    """A dead supervisor's socket (a new supervisor would replace it; a job that ends here leaves none)."""
+    with contextlib.suppress(FileNotFoundError):
+        if files.socket.is_socket():
+            files.socket.unlink()
 
 
 def _end_trainer(status: dict[str, Any]) -> None:
@@ -406,9 +416,7 @@ def _end_trainer(status: dict[str, Any]) -> None:
 
 def _clear(files: JobFiles) -> None:
     """Empty the folder for a new generation (the locks stay: others may hold them open)."""
-    with contextlib.suppress(FileNotFoundError):
-        if files.socket.is_socket():
-            files.socket.unlink()
+    _remove_socket(files)
     for entry in files.dir.iterdir():
         if entry.name in KEEP_ON_CLEAR:
             continue

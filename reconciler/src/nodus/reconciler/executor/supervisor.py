@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -158,6 +158,7 @@ class Supervisor:
         self.base_cost = Decimal(str(status.get("costUSD") or "0"))
         self._stopping = threading.Event()
         self._heartbeat_stop = threading.Event()
+        self._heartbeat_thread: threading.Thread | None = None
         self._gradings_lock = threading.Lock()
         self._trainer: subprocess.Popen[bytes] | None = None
         self._trainer_started = 0.0
@@ -186,8 +187,6 @@ class Supervisor:
                 "costUSD": usd(self.base_cost),
             },
         )
-        heartbeat = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
-        heartbeat.start()
         try:
             with GradingService(self.settings) as grading:
                 outcome = self._session(grading)
@@ -197,7 +196,8 @@ class Supervisor:
             outcome = Outcome(FAILED, SUPERVISOR_ERROR, f"the supervisor failed: {type(exc).__name__}: {exc}", {})
         self._finish(outcome)
         self._heartbeat_stop.set()
-        heartbeat.join(timeout=5)
+        if self._heartbeat_thread is not None:
+            self._heartbeat_thread.join(timeout=5)
         return 1 if outcome.reason == SUPERVISOR_ERROR else 0
 
     def _session(self, grading: GradingService) -> Outcome:
@@ -217,9 +217,12 @@ class Supervisor:
         wire = self.files.wire_log if os.environ.get("NODUS_RECORD_WIRE") == "1" else None
         server = AttemptServer(self.files.socket, api, access_log=self.files.attempt_log, wire_log=wire)
         try:
+            # The trainer first, while this process has one thread (it forks); the socket already listens.
             trainer = self._start_trainer()
             if isinstance(trainer, Outcome):
                 return trainer
+            self._heartbeat_thread = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
+            self._heartbeat_thread.start()
             server.start()
             return self._watch(trainer)
         finally:
@@ -281,7 +284,7 @@ class Supervisor:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                    # Safe here: the heartbeat thread only writes files, and no lock is held across the fork.
+                    # Safe here: no other thread runs yet, and the child only makes one system call.
                     preexec_fn=_die_with_parent,
                 )
             except OSError as exc:
@@ -429,10 +432,21 @@ def _kill_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
+def _find_prctl() -> Callable[..., int] | None:
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux
+        return None
+    return prctl
+
+
+_PRCTL = _find_prctl()  # looked up here, so that the forked child does nothing but the call
+
+
 def _die_with_parent() -> None:
     """In the trainer, before exec: the kernel SIGKILLs it when the supervisor dies (even by SIGKILL)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
 def _detach() -> None:
