@@ -175,3 +175,78 @@ def test_a_second_apply_fails_fast_naming_the_lease_holder(project: Path) -> Non
         assert nodus("apply", str(project), "--yes")[0] == 0
     finally:
         store.close()
+
+
+def test_apply_killed_at_random_points_converges_to_one_launch(project: Path) -> None:
+    """20 trials: `nodus apply` killed (SIGKILL) after a random delay, then run again until it completes.
+
+    The second apply takes over the lease the killed one left (its holder's pid is gone) without help."""
+    import os
+    import random
+    import signal
+    import subprocess
+    import time
+
+    from nodus.reconciler.project import Project
+    from nodus.reconciler.state.records import ResourceKey
+
+    nodus_bin = str(Path(sys.executable).parent / "nodus")
+    environ = {**os.environ}
+    rng = random.Random(20261129)
+    key = ResourceKey("TrainingJob", "default", "echo-run")
+    job_dir = project / ".nodus" / "jobs" / "default" / "echo-run"
+    for trial in range(20):
+        killed = subprocess.Popen(
+            [nodus_bin, "apply", str(project), "--yes"], env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        time.sleep(rng.uniform(0.0, 2.5))
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+        again = subprocess.run(
+            [nodus_bin, "apply", str(project), "--yes", "--wait", "--timeout", "2m"],
+            env=environ,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert again.returncode == 0, f"trial {trial}: {again.stdout}{again.stderr}"
+        store = Project.find(project).open_state()
+        try:
+            record = store.get(key)
+            assert record is not None and record.status["phase"] == "Succeeded", f"trial {trial}: {record}"
+            assert len(store.launches(key)) == 1, f"trial {trial}: {store.launches(key)}"
+        finally:
+            store.close()
+        steps = [json.loads(line) for line in (job_dir / "state" / "steps.jsonl").read_text().splitlines()]
+        assert len({(s.get("attempt"), s.get("pid")) for s in steps}) == 1, f"trial {trial}: two trainers ran: {steps}"
+        # Start the next trial from nothing: no state, no job folder (every process of this job has ended).
+        for path in [*(project / ".nodus").glob("state.db*"), job_dir]:
+            if path.is_dir():
+                import shutil as rmtree_module
+
+                rmtree_module.rmtree(path)
+            else:
+                path.unlink()
+
+
+def test_a_replaced_trainingjob_stops_the_old_run_and_starts_the_new_one(project: Path) -> None:
+    (project / "job.yaml").write_text(JOB.format(parameters="{steps: 200, sleepS: 0.1}", extra=""))
+    assert nodus("apply", str(project), "--yes")[0] == 0
+    assert nodus("wait", "tj/echo-run", "--for=jsonpath={.status.phase}=Running", "--timeout", "1m")[0] == 0
+    # The seed is not updatable in place: the plan replaces the job, naming the field that forced it.
+    (project / "job.yaml").write_text(JOB.format(parameters="{steps: 3}", extra="").replace("seed: 42", "seed: 7"))
+    code, output = nodus("plan", str(project))
+    assert code == 2 and "-/+ TrainingJob/echo-run" in output and "spec.environment.seed" in output, output
+    code, output = nodus("apply", str(project), "--yes", "--wait", "--timeout", "2m")
+    assert code == 0, output
+    code, output = nodus("get", "tj", "echo-run", "-o", "jsonpath={.status.phase} {.status.launchGeneration}")
+    assert output.split() == ["Succeeded", "2"], output
+    from nodus.reconciler.project import Project
+    from nodus.reconciler.state.records import ResourceKey
+
+    store = Project.find(project).open_state()
+    try:
+        keys = sorted(launch.launch_key for launch in store.launches(ResourceKey("TrainingJob", "default", "echo-run")))
+    finally:
+        store.close()
+    assert [k.rsplit("/", 2)[1] for k in keys] == ["gen1", "gen2"]

@@ -21,7 +21,7 @@ import click
 from nodus.cli.console import err_line, line
 from nodus.cli.resources import split_target
 from nodus.errors import ConfigError
-from nodus.reconciler.project import Project, holder
+from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey
 
 JOB_KINDS = ("TrainingJob", "Job")
@@ -137,7 +137,7 @@ def cancel(target: str, namespace: str | None, path: Path | None) -> None:
 @click.option("--path", type=click.Path(path_type=Path), help="Project folder (default: found from here).")
 def delete(target: str, namespace: str | None, state: str | None, path: Path | None) -> None:
     """Delete a resource from the state (a job is cancelled first). Its file, if any, still plans it back."""
-    from nodus.reconciler.apply import LEASE_TTL_S, Operation, apply_operations
+    from nodus.reconciler.apply import Operation, apply_operations, take_lease
 
     kind, name = split_target(target)
     if name is None:
@@ -148,7 +148,7 @@ def delete(target: str, namespace: str | None, state: str | None, path: Path | N
     try:
         if store.get(key) is None:
             raise ConfigError(f"{kind}/{name} not found")
-        lease = store.acquire_lease("apply", holder(), f"delete {key}", LEASE_TTL_S)
+        lease = take_lease(store, f"delete {key}")
         try:
             apply_operations([Operation("delete", key, None)], project=project, store=store)
         finally:
@@ -184,7 +184,7 @@ def patch(
     target: str, patch_text: str, patch_type: str, namespace: str | None, state: str | None, path: Path | None
 ) -> None:
     """Change a stored resource in place (raise a cap, suspend or resume: spec.state), then reconcile it."""
-    from nodus.reconciler.apply import LEASE_TTL_S, Operation, apply_operations
+    from nodus.reconciler.apply import Operation, apply_operations, take_lease
     from nodus.reconciler.planning.desired import document_of
     from nodus.specs.registry import BY_KIND
 
@@ -199,7 +199,7 @@ def patch(
     store = project.open_state()
     key = ResourceKey(kind, namespace or DEFAULT_PROJECT, name)
     try:
-        lease = store.acquire_lease("apply", holder(), f"patch {key}", LEASE_TTL_S)
+        lease = take_lease(store, f"patch {key}")
         try:
             record = store.get(key)
             if record is None:

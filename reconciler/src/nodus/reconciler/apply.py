@@ -17,6 +17,9 @@ Order of work, and why:
 
 from __future__ import annotations
 
+import os
+import re
+import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -25,7 +28,7 @@ from pathlib import Path
 from nodus.errors import PlanError, SpecError
 from nodus.reconciler.planning.diff import Action, Plan, stale_reasons, wave_of
 from nodus.reconciler.project import Project, holder
-from nodus.reconciler.state.records import JSONObject, ResourceKey, StateStore
+from nodus.reconciler.state.records import JSONObject, Lease, LeaseHeld, ResourceKey, StateStore
 
 LEASE_TTL_S = 300.0
 Reporter = Callable[[str, str], None]
@@ -69,6 +72,32 @@ def _silent(resource: str, message: str) -> None:
     return None
 
 
+def take_lease(store: StateStore, operation: str) -> Lease:
+    """The apply lease; one left by a process of this host that has died is taken over (an apply killed
+    mid-way must not block the next one until the lease expires). A live holder fails fast (LeaseHeld)."""
+    try:
+        return store.acquire_lease("apply", holder(), operation, LEASE_TTL_S)
+    except LeaseHeld as exc:
+        if not holder_is_dead(exc.lease.holder):
+            raise
+        store.break_lease(exc.lease.id)
+        return store.acquire_lease("apply", holder(), operation, LEASE_TTL_S)
+
+
+def holder_is_dead(text: str) -> bool:
+    """True when `user@host pid N` names this host and no process N runs here."""
+    match = re.fullmatch(r"[^@]*@(?P<host>\S+) pid (?P<pid>\d+)", text)
+    if match is None or match.group("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(int(match.group("pid")), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def operations_of(actions: Iterable[Action]) -> list[Operation]:
     """A plan's actions as apply carries them out."""
     return [Operation(action.type, action.key, action.desired, action.source) for action in actions]
@@ -89,7 +118,7 @@ def apply_plan(
     `make_plan(store)` runs under the lease, so a plan made on the spot cannot be overtaken by another apply;
     for a saved plan (`saved=True`) it returns the saved plan and `stale_reasons` must be empty.
     """
-    lease = store.acquire_lease("apply", holder(), operation, LEASE_TTL_S)
+    lease = take_lease(store, operation)
     try:
         plan = make_plan(store)
         if saved:
@@ -191,8 +220,9 @@ def _write(batch: Sequence[Operation], store: StateStore, result: ApplyReport, r
             elif op.action == "replace" and op.document is not None:
                 # A replacement is a new generation with a fresh status: its launch key is new, so the
                 # controller starts the replacement, and the old job is stopped first (below).
-                store.put(op.key, op.document)
-                store.set_status(op.key, {"phase": "Pending", "reason": "Replaced"})
+                record = store.put(op.key, op.document)
+                replaced = {"phase": "Pending", "reason": "Replaced", "launchGeneration": record.generation}
+                store.set_status(op.key, replaced)
             else:
                 continue
             result.written.append((op.action, op.key))

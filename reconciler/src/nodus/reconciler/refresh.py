@@ -15,7 +15,7 @@ def refresh(project: Project, store: StateStore) -> int:
     """Update the status of every launched TrainingJob from the local executor; returns how many changed."""
     if not project.jobs.is_dir():
         return 0
-    from nodus.reconciler.controllers.trainingjob import executor, job_status, keys_with_jobs
+    from nodus.reconciler.controllers.trainingjob import KEPT, executor, job_status, keys_with_jobs
 
     jobs = executor(project)
     changed = 0
@@ -25,10 +25,8 @@ def refresh(project: Project, store: StateStore) -> int:
             continue
         if record.status.get("phase") in ("Running", "Pending") and not jobs.is_alive(key.project, key.name):
             jobs.recover(key.project, key.name)
-        status = {
-            **job_status(jobs, record),
-            **({"source": record.status["source"]} if "source" in record.status else {}),
-        }
+        kept = {name: record.status[name] for name in KEPT if name in record.status}
+        status = {**job_status(jobs, record), **kept}
         if status != record.status:
             store.set_status(key, status)
             changed += 1

@@ -17,6 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from nodus.errors import ConfigError
 from nodus.reconciler.controllers.admission import Admission, admit, runtime_key
 from nodus.reconciler.executor.job import EnvironmentSpec, JobSpec
 from nodus.reconciler.executor.local import LocalExecutor
@@ -33,8 +34,19 @@ def executor(project: Project) -> LocalExecutor:
     return LocalExecutor(project.jobs, record_wire=os.environ.get("NODUS_RECORD_WIRE") == "1")
 
 
+KEPT = ("source", "launchGeneration")
+"""Status fields the controllers own, carried over when the job's status is copied in."""
+
+
+def launch_generation(record: ResourceRecord) -> int:
+    """The generation the job runs: set when the TrainingJob was created or replaced, kept by in-place
+    updates (raising a cap changes the spec, not the run)."""
+    return int(record.status.get("launchGeneration") or record.generation)
+
+
 def launch_key(record: ResourceRecord) -> str:
-    return f"{record.key.kind}/{record.key.project}/{record.key.name}/gen{record.generation}/attempt1"
+    key = record.key
+    return f"{key.kind}/{key.project}/{key.name}/gen{launch_generation(record)}/attempt1"
 
 
 def reconcile_trainingjob(
@@ -64,17 +76,41 @@ def reconcile_trainingjob(
             return job_status(jobs, record), None
         return {"phase": "Suspended", "reason": "SuspendRequested", "message": "spec.state is Suspended"}, None
     _, new = store.record_launch(Launch(launch_key(record), record.key, job=record.key.name))
-    if exists:
+    if exists and jobs.files(record.key.project, record.key.name).read_spec().generation < spec.generation:
+        _stop_replaced(jobs, record)
+    elif exists:
         _follow_cap(jobs, record, spec)
     jobs.launch(spec)
-    return job_status(jobs, record), (launch_key(record) if new else None)
+    status = {**job_status(jobs, record), "launchGeneration": launch_generation(record)}
+    return status, (launch_key(record) if new else None)
+
+
+def _stop_replaced(jobs: LocalExecutor, record: ResourceRecord) -> None:
+    """A replaced TrainingJob: the old run is cancelled and waited for before the new generation starts."""
+    project, name = record.key.project, record.key.name
+    if jobs.status(project, name).get("phase") not in ("Succeeded", "Failed", "Cancelled"):
+        jobs.cancel(project, name)
+        jobs.wait(project, name, phases=("Succeeded", "Failed", "Cancelled"), timeout_s=120)
 
 
 def _follow_cap(jobs: LocalExecutor, record: ResourceRecord, spec: JobSpec) -> None:
-    """A raised cap (or `state: Running` again) resumes a Suspended job from its checkpoint."""
-    status = jobs.status(record.key.project, record.key.name)
-    if status.get("phase") == "Suspended" and status.get("generation", record.generation) == record.generation:
-        jobs.resume(record.key.project, record.key.name, max_cost_usd=spec.max_cost_usd)
+    """A raised cap (or `state: Running` again) resumes a Suspended job from its checkpoint; a job stopped at
+    a cap that was not raised stays Suspended (any other change of the job leaves it so)."""
+    project, name = record.key.project, record.key.name
+    status = jobs.status(project, name)
+    running_cap = jobs.files(project, name).read_spec().max_cost
+    wanted = spec.max_cost
+    raised = running_cap is not None and wanted is not None and wanted > running_cap
+    if status.get("phase") != "Suspended":
+        if raised and status.get("phase") not in ("Succeeded", "Failed", "Cancelled"):
+            jobs.resume(project, name, max_cost_usd=spec.max_cost_usd)  # a running job only takes the new cap
+        return
+    if status.get("reason") == "MaxCostReached" and not raised:
+        return
+    try:
+        jobs.resume(project, name, max_cost_usd=spec.max_cost_usd)
+    except ConfigError:
+        return  # no room under the cap yet: it stays Suspended, and its status says why
 
 
 def compile_job(
@@ -110,7 +146,7 @@ def compile_job(
         project=record.key.project,
         command=tuple(str(part) for part in runtime_spec["command"]),
         kind="TrainingJob",
-        generation=record.generation,
+        generation=launch_generation(record),
         attempt=1,
         env={**(runtime_spec.get("env") or {}), **(spec.get("env") or {})},
         environment=env_spec,

@@ -6,9 +6,9 @@ supervisor (reads the spec, writes the status). Both sides meet only through the
 
     <jobs_root>/<project>/<name>/
         spec.json            JobSpec (camelCase JSON); rewritten by the executor on a new attempt or cap
-        grading.json         the host's GradingSettings for this job's graders
+        grading.json         the host's GradingSettings for this job's graders (with a runner uid block of its own)
         status.json          written by the supervisor while it runs, by the executor when none runs
-        supervisor.json      {"pid", "launchedAt", "generation", "attempt"}: which supervisor the executor started
+        supervisor.json      {"pid", "startTicks", "launchedAt", "generation", "attempt"}: the supervisor launched
         outputs.json         {"files": {path: {"sha256", "size"}}, "skipped": [...]} of outputs/ on success
         input/params.json    the trainer's parameters            (NODUS_INPUT_PARAMS is input/)
         state/               the trainer's resumable state       (NODUS_STATE_DIR)
