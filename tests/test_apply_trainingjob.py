@@ -101,6 +101,22 @@ def test_plan_apply_wait_get_then_nothing_to_do(project: Path) -> None:
         for text in files.values():
             assert all(set(json.loads(line)) == {"taskId", "prompt", "metadata"} for line in text.splitlines())
 
+    # The tasks are the manifest the build froze (train at seed 42), fixed for every later run.
+    from nodus.builder.lockfile import Lock
+    from nodus.builder.store import Store
+
+    entry = Lock.load(project / "nodus.lock").get("arithmetic", "2.0.0")
+    assert entry is not None
+    manifest = project / ".nodus" / "manifests" / "by-environment" / "nodus-arithmetic@2.0.0" / "train-42.jsonl"
+    assert manifest.read_bytes() == Store(project / ".nodus").manifest(entry.manifests["train/42"])
+    served = json.loads(tasks[0]["response"]) if isinstance(tasks[0]["response"], str) else tasks[0]["response"]
+    first = [json.loads(line)["taskId"] for line in served["files"]["train.jsonl"].splitlines()]
+    assert first == [json.loads(line)["taskId"] for line in manifest.read_text().splitlines()[:20]]
+
+    code, output = nodus("describe", "tj/echo-run")
+    assert code == 0 and "type: Admitted" in output and "TrainerSucceeded" in output, output
+    assert "stage Training" in output  # an event per stage
+
     # Applied: the same files plan to nothing, and a second apply launches nothing.
     code, output = nodus("plan", str(project))
     assert code == 0 and "No changes" in output, output
@@ -250,3 +266,36 @@ def test_a_replaced_trainingjob_stops_the_old_run_and_starts_the_new_one(project
     finally:
         store.close()
     assert [k.rsplit("/", 2)[1] for k in keys] == ["gen1", "gen2"]
+
+
+def test_a_saved_plan_is_applied_exactly_or_refused_as_stale(project: Path, tmp_path: Path) -> None:
+    saved = tmp_path / "plan.json"
+    code, output = nodus("plan", str(project), "--out", str(saved))
+    assert code == 2 and saved.is_file()
+    # Something the plan relied on moves: the runtime is applied on its own first.
+    runtime_only = tmp_path / "runtime-only"
+    runtime_only.mkdir()
+    (runtime_only / "runtime.yaml").write_text((project / "runtime.yaml").read_text())
+    assert nodus("apply", str(runtime_only), "--yes")[0] == 0
+    code, output = nodus("apply", str(saved))
+    assert (
+        code == 1
+        and "the saved plan is stale" in output
+        and "TrainingRuntime/echo was created since the plan" in output
+    )
+    # A fresh plan applies exactly, with no prompt.
+    code, output = nodus("plan", str(project), "--out", str(saved))
+    assert code == 2
+    code, output = nodus("apply", str(saved))
+    assert code == 0 and "launched" in output, output
+
+
+def test_a_job_runs_its_command_and_its_log_is_kept(project: Path) -> None:
+    (project / "hello.yaml").write_text(
+        "apiVersion: nodus.dev/v1beta1\nkind: Job\nmetadata: {name: hello}\nspec:\n"
+        f"  command: [{sys.executable}, -c, \"print('hello from a job')\"]\n"
+    )
+    code, output = nodus("apply", str(project / "hello.yaml"), "--yes", "--wait", "--timeout", "1m")
+    assert code == 0 and "Job/hello: Succeeded" in output, output
+    code, output = nodus("logs", "job/hello")
+    assert code == 0 and "hello from a job" in output

@@ -26,6 +26,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from nodus.errors import PlanError, SpecError
+from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.planning.diff import Action, Plan, stale_reasons, wave_of
 from nodus.reconciler.project import Project, holder
 from nodus.reconciler.state.records import JSONObject, Lease, LeaseHeld, ResourceKey, StateStore
@@ -245,13 +246,19 @@ def _reconcile(
         if launched:
             result.launched.append(launched)
             report(str(op.key), f"launched {launched}")
+    elif op.key.kind == "Job":
+        from nodus.reconciler.controllers.job import reconcile_job
+
+        status, launched = reconcile_job(record, project=project, store=store)
+        if launched:
+            result.launched.append(launched)
+            report(str(op.key), f"launched {launched}")
     elif op.key.kind == "TrainingRuntime":
         status = {"phase": "Ready"}
     if status is not None:
         if op.source:
             status = {**status, "source": op.source}
-        if status != record.status:
-            store.set_status(op.key, status)
+        write_status(store, record, status)
         result.statuses[op.key] = status
         if op.key.kind == "Environment" and status.get("phase") != "Ready":
             report(str(op.key), f"{status.get('phase')}: {status.get('message', status.get('reason', ''))}")
@@ -293,7 +300,7 @@ def _delete(op: Operation, *, project: Project, store: StateStore, result: Apply
     if record is None:
         return
     if op.key.kind in ("TrainingJob", "Job"):
-        from nodus.reconciler.controllers.trainingjob import stop_jobs
+        from nodus.reconciler.controllers.trainingjob import stop_jobs  # a Job's folder is found the same way
 
         stop_jobs(record, project=project, store=store)
     store.delete(op.key)

@@ -7,6 +7,7 @@ attempts are left, else it fails with reason SupervisorLost.
 
 from __future__ import annotations
 
+from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import StateStore
 
@@ -27,7 +28,6 @@ def refresh(project: Project, store: StateStore) -> int:
             jobs.recover(key.project, key.name)
         kept = {name: record.status[name] for name in KEPT if name in record.status}
         status = {**job_status(jobs, record), **kept}
-        if status != record.status:
-            store.set_status(key, status)
+        if write_status(store, record, status):
             changed += 1
     return changed

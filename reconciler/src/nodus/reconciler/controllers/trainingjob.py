@@ -68,7 +68,8 @@ def reconcile_trainingjob(
         }, None
     assert runtime is not None  # admitted
     jobs = executor(project)
-    spec = compile_job(record, verdict, runtime, environment)
+    manifests = manifest_folder(project, environment) if environment is not None else None
+    spec = compile_job(record, verdict, runtime, environment, manifests)
     exists = jobs.exists(record.key.project, record.key.name)
     if record.spec["spec"].get("state") == "Suspended":
         if exists:
@@ -114,9 +115,13 @@ def _follow_cap(jobs: LocalExecutor, record: ResourceRecord, spec: JobSpec) -> N
 
 
 def compile_job(
-    record: ResourceRecord, verdict: Admission, runtime: ResourceRecord, environment: ResourceRecord | None
+    record: ResourceRecord,
+    verdict: Admission,
+    runtime: ResourceRecord,
+    environment: ResourceRecord | None,
+    manifests: Path | None = None,
 ) -> JobSpec:
-    """The executor's JobSpec of an admitted TrainingJob."""
+    """The executor's JobSpec of an admitted TrainingJob (`manifests`: the Environment's manifest folder)."""
     spec = record.spec["spec"]
     runtime_spec = runtime.spec["spec"]
     env_spec = None
@@ -130,6 +135,7 @@ def compile_job(
             train_tasks=int(tasks.get("trainTasks") or 256),
             held_out_tasks=int(tasks.get("heldOutTasks") or 64),
             seed=int(tasks.get("seed") or 0),
+            manifests=str(manifests) if manifests is not None else None,
         )
     params = {
         "task": spec.get("task") or (runtime_spec.get("tasks") or ["RL"])[0],
@@ -155,6 +161,25 @@ def compile_job(
         max_cost_usd=spec.get("maxCostUSD"),
         accounting_interval_s=float(os.environ.get(INTERVAL_VARIABLE, "10")),
     )
+
+
+def manifest_folder(project: Project, environment: ResourceRecord) -> Path:
+    """The Environment version's task manifests, `<split>-<seed>.jsonl`, shared by every run in the project.
+
+    The (split, seed) lists nodus-build froze into the image are copied in from the content-addressed store
+    (so runs see exactly what the build saw); any other seed is written by the first run that asks for it.
+    """
+    name, version = environment.key.name, environment.spec["spec"]["version"]
+    folder = project.files.root / "manifests" / "by-environment" / f"{environment.key.project}-{name}@{version}"
+    for key, digest in (environment.status.get("manifests") or {}).items():
+        split, _, seed = str(key).partition("/")
+        target = folder / f"{split}-{seed}.jsonl"
+        if not target.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            temporary = target.with_suffix(".partial")
+            temporary.write_bytes(project.files.manifest(str(digest)))
+            temporary.replace(target)
+    return folder
 
 
 def _package_paths(environment: ResourceRecord) -> list[str]:
@@ -189,4 +214,6 @@ def stop_jobs(record: ResourceRecord, *, project: Project, store: StateStore) ->
 
 
 def keys_with_jobs(store: StateStore) -> list[ResourceKey]:
-    return [record.key for record in store.list("TrainingJob") if store.launches(record.key)]
+    """TrainingJobs and Jobs that were launched (their status comes from the executor)."""
+    records = [*store.list("TrainingJob"), *store.list("Job")]
+    return [record.key for record in records if store.launches(record.key)]

@@ -40,7 +40,7 @@ from typing import Any, Final
 from nodus.errors import ConfigError, NodusError, TemporaryError
 
 from ..grading import GradingService
-from .job import EnvironmentSpec, append_jsonl
+from .job import EnvironmentSpec, append_jsonl, write_text_atomic
 
 STAGES: Final = ("Baseline", "Training", "Evaluating", "Exporting")
 TASK_FIELDS: Final = ("taskId", "prompt", "metadata")
@@ -154,8 +154,22 @@ class AttemptAPI:
     def _split(self, environment: EnvironmentSpec, split: str, count: int) -> str:
         if count == 0:
             return ""
-        tasks = self.grading.tasks(environment.ref(), split, environment.seed, limit=count)
+        if environment.manifests is None:
+            tasks = self.grading.tasks(environment.ref(), split, environment.seed, limit=count)
+        else:
+            tasks = self._manifest(environment, split)[:count]
         return "".join(json.dumps(self._public(task), ensure_ascii=False) + "\n" for task in tasks)
+
+    def _manifest(self, environment: EnvironmentSpec, split: str) -> list[dict[str, Any]]:
+        """The whole task list of `split` at the job's seed: read from the manifest folder, or made now and
+        written there, so the first run to use a (split, seed) fixes it for every later run."""
+        assert environment.manifests is not None
+        path = Path(environment.manifests) / f"{split}-{environment.seed}.jsonl"
+        if not path.is_file():
+            tasks = self.grading.tasks(environment.ref(), split, environment.seed, limit=None)
+            text = "".join(json.dumps(self._public(task), ensure_ascii=False) + "\n" for task in tasks)
+            write_text_atomic(path, text)
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
     def _public(self, task: Mapping[str, Any]) -> dict[str, Any]:
         # The grading service already refuses task lines that carry an answer; this keeps anything else

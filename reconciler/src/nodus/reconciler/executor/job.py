@@ -111,6 +111,9 @@ class EnvironmentSpec:
     train_tasks: int = DEFAULT_TRAIN_TASKS
     held_out_tasks: int = DEFAULT_HELD_OUT_TASKS
     seed: int = 0
+    manifests: str | None = None
+    """A folder of task manifests, `<split>-<seed>.jsonl`: the whole list of a split at a seed, fixed at first
+    use (or at build time) and reused by every later run of the environment, whoever asks."""
 
     def __post_init__(self) -> None:
         for what, count in (("trainTasks", self.train_tasks), ("heldOutTasks", self.held_out_tasks)):
@@ -143,6 +146,7 @@ class EnvironmentSpec:
             "trainTasks": self.train_tasks,
             "heldOutTasks": self.held_out_tasks,
             "seed": self.seed,
+            "manifests": self.manifests,
         }
 
     @classmethod
@@ -159,6 +163,7 @@ class EnvironmentSpec:
                 train_tasks=data.get("trainTasks", DEFAULT_TRAIN_TASKS),
                 held_out_tasks=data.get("heldOutTasks", DEFAULT_HELD_OUT_TASKS),
                 seed=data.get("seed", 0),
+                manifests=data.get("manifests"),
             )
         except KeyError as exc:
             raise ConfigError(f"a job's environment needs {exc.args[0]!r}") from None
@@ -327,6 +332,20 @@ def write_json(path: Path, document: object, *, durable: bool = False) -> None:
             if durable:
                 out.flush()
                 os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace `path` whole with `text` (a task manifest): readers never see part of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

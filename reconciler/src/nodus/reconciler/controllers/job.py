@@ -1,0 +1,54 @@
+"""The Job controller: a command run once under the local executor's supervisor, with its cap and logs.
+
+Who calls it: `nodus apply` (jobs wave) and `nodus.reconciler.refresh`. A Job is what a TrainingJob compiles
+into; one written directly runs its `spec.command` with `spec.env`, no Environment and no attempt API tasks.
+Its folder is `jobs/<project>/<name>`, the one a TrainingJob of the same name would use, so a Job and a
+TrainingJob in one project cannot share a name (the TrainingJob owns the Job of its name).
+"""
+
+from __future__ import annotations
+
+import os
+from decimal import Decimal
+
+from nodus.reconciler.controllers.trainingjob import (
+    INTERVAL_VARIABLE,
+    PRICE_VARIABLE,
+    executor,
+    job_status,
+    launch_generation,
+    launch_key,
+)
+from nodus.reconciler.executor.job import JobSpec
+from nodus.reconciler.project import Project
+from nodus.reconciler.state.records import JSONObject, Launch, ResourceKey, ResourceRecord, StateStore
+
+
+def reconcile_job(record: ResourceRecord, *, project: Project, store: StateStore) -> tuple[JSONObject, str | None]:
+    """The Job's status after this pass, and the launch key if this pass launched it."""
+    clash = store.get(ResourceKey("TrainingJob", record.key.project, record.key.name))
+    if clash is not None:
+        message = f"TrainingJob/{record.key.name} owns the Job of that name in project {record.key.project}"
+        return {"phase": "Failed", "reason": "NameTaken", "message": message}, None
+    spec = record.spec["spec"]
+    jobs = executor(project)
+    job = JobSpec(
+        name=record.key.name,
+        project=record.key.project,
+        command=tuple(str(part) for part in spec["command"]),
+        kind="Job",
+        generation=launch_generation(record),
+        env=dict(spec.get("env") or {}),
+        price_per_hour_usd=str(Decimal(os.environ.get(PRICE_VARIABLE, "0"))),
+        max_cost_usd=spec.get("maxCostUSD"),
+        accounting_interval_s=float(os.environ.get(INTERVAL_VARIABLE, "10")),
+    )
+    if spec.get("state") == "Suspended":
+        if jobs.exists(record.key.project, record.key.name):
+            jobs.suspend(record.key.project, record.key.name)
+            return job_status(jobs, record), None
+        return {"phase": "Suspended", "reason": "SuspendRequested", "message": "spec.state is Suspended"}, None
+    _, new = store.record_launch(Launch(launch_key(record), record.key, job=record.key.name))
+    jobs.launch(job)
+    status = {**job_status(jobs, record), "launchGeneration": launch_generation(record)}
+    return status, (launch_key(record) if new else None)

@@ -1,0 +1,69 @@
+"""Writing a controller's status: conditions derived from it, and an event for every change people care about.
+
+Who calls it: `nodus.reconciler.apply` after each controller pass and `nodus.reconciler.refresh` after
+copying a running job's status. Events (`nodus describe` shows them) are added when the phase, the reason or
+the stage changes; a repeat of the same event only raises its count (the store deduplicates).
+"""
+
+from __future__ import annotations
+
+from nodus.reconciler.state.records import Event, JSONObject, ResourceRecord, StateStore
+
+ADMISSION_REASONS = frozenset(
+    {
+        "RuntimeNotFound",
+        "ModeNotSupported",
+        "EnvironmentNotFound",
+        "EnvironmentVersionNotFound",
+        "RuntimeLacksAttemptAPI",
+        "InvalidParameters",
+        "ModelNotPinned",
+    }
+)
+WARNING_PHASES = frozenset({"Failed", "Suspended"})
+
+
+def conditions(kind: str, status: JSONObject) -> list[JSONObject]:
+    """kubectl-style conditions of a TrainingJob or Environment status (no timestamps: stable between passes)."""
+    phase, reason = status.get("phase"), status.get("reason", "")
+    message = status.get("message", "")
+    if kind == "Environment":
+        ready = phase == "Ready"
+        return [_condition("Ready", ready, "" if ready else reason, "" if ready else message)]
+    if kind != "TrainingJob":
+        return []
+    admitted = reason not in ADMISSION_REASONS
+    found = [_condition("Admitted", admitted, "" if admitted else reason, "" if admitted else message)]
+    if admitted:
+        waiting = reason == "EnvironmentNotReady"
+        found.append(_condition("EnvironmentReady", not waiting, reason if waiting else "", message if waiting else ""))
+    found.append(_condition("Succeeded", phase == "Succeeded", reason if phase in ("Failed", "Cancelled") else "", ""))
+    if phase == "Suspended":
+        found.append(_condition("Suspended", True, reason, message))
+    return found
+
+
+def _condition(kind: str, value: bool, reason: str, message: str) -> JSONObject:
+    condition: JSONObject = {"type": kind, "status": "True" if value else "False"}
+    if reason:
+        condition["reason"] = reason
+    if message:
+        condition["message"] = message
+    return condition
+
+
+def write_status(store: StateStore, record: ResourceRecord, status: JSONObject) -> bool:
+    """Store `status` (with its conditions) if it changed, adding events for what changed; True if written."""
+    status = {**status, "conditions": conditions(record.key.kind, status)}
+    if status == record.status:
+        return False
+    store.set_status(record.key, status)
+    before = record.status
+    phase, reason = status.get("phase"), status.get("reason")
+    if (phase, reason) != (before.get("phase"), before.get("reason")):
+        kind = "Warning" if phase in WARNING_PHASES else "Normal"
+        text = status.get("message") or f"{record.key.kind} is {phase}"
+        store.add_event(Event(record.key, kind, str(reason or phase), str(text)))
+    if status.get("stage") and status.get("stage") != before.get("stage"):
+        store.add_event(Event(record.key, "Normal", "Stage", f"stage {status['stage']}"))
+    return True
