@@ -109,8 +109,9 @@ def get(
     kind, name = split_target(kind, name)
     project, store = _open(path, state)
     try:
-        shown = _render_key(_records(store, kind, name, namespace))
-        _print(kind, _records(store, kind, name, namespace), output)
+        records = _records(store, kind, name, namespace)
+        shown = _render_key(records)
+        _print(kind, records, output)
         while watch:
             time.sleep(2)
             from nodus.reconciler.refresh import refresh

@@ -7,7 +7,7 @@ attempts are left, else it fails with reason SupervisorLost.
 
 from __future__ import annotations
 
-from nodus.reconciler.controllers.status import write_status
+from nodus.reconciler.controllers.status import stage_events, write_status
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import StateStore
 
@@ -16,7 +16,7 @@ def refresh(project: Project, store: StateStore) -> int:
     """Update the status of every launched TrainingJob from the local executor; returns how many changed."""
     if not project.jobs.is_dir():
         return 0
-    from nodus.reconciler.controllers.trainingjob import KEPT, executor, job_status, keys_with_jobs
+    from nodus.reconciler.controllers.trainingjob import KEPT, executor, job_status, keys_with_jobs, reported_events
 
     jobs = executor(project)
     changed = 0
@@ -27,7 +27,8 @@ def refresh(project: Project, store: StateStore) -> int:
         if record.status.get("phase") in ("Running", "Pending") and not jobs.is_alive(key.project, key.name):
             jobs.recover(key.project, key.name)
         kept = {name: record.status[name] for name in KEPT if name in record.status}
-        status = {**job_status(jobs, record), **kept}
+        watermark = stage_events(store, record, reported_events(jobs, record))
+        status = {**job_status(jobs, record), **kept, **watermark}
         if write_status(store, record, status):
             changed += 1
     return changed

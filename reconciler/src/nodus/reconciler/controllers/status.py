@@ -2,7 +2,8 @@
 
 Who calls it: `nodus.reconciler.apply` after each controller pass and `nodus.reconciler.refresh` after
 copying a running job's status. Events (`nodus describe` shows them) are added when the phase, the reason or
-the stage changes; a repeat of the same event only raises its count (the store deduplicates).
+the stage changes (`stage_events`, from what the job itself reported, so no stage is missed between two
+looks); a repeat of the same event only raises its count (the store deduplicates).
 """
 
 from __future__ import annotations
@@ -64,6 +65,20 @@ def write_status(store: StateStore, record: ResourceRecord, status: JSONObject) 
         kind = "Warning" if phase in WARNING_PHASES else "Normal"
         text = status.get("message") or f"{record.key.kind} is {phase}"
         store.add_event(Event(record.key, kind, str(reason or phase), str(text)))
-    if status.get("stage") and status.get("stage") != before.get("stage"):
-        store.add_event(Event(record.key, "Normal", "Stage", f"stage {status['stage']}"))
     return True
+
+
+def stage_events(store: StateStore, record: ResourceRecord, reported: list[JSONObject]) -> JSONObject:
+    """An event per stage the job reported since the last look (`reported`: the executor's recent events),
+    so a stage passed between two looks is not missed. Returns the watermark fields to keep in status."""
+    seen_at = float(record.status.get("eventsSeenAt") or 0.0)
+    stage = record.status.get("stageSeen")
+    for event in sorted(reported, key=lambda item: float(item.get("at") or 0.0)):
+        at = float(event.get("at") or 0.0)
+        if at <= seen_at:
+            continue
+        seen_at = at
+        if event.get("stage") and event["stage"] != stage:
+            stage = event["stage"]
+            store.add_event(Event(record.key, "Normal", "Stage", f"stage {stage}", at=at))
+    return {"eventsSeenAt": seen_at, "stageSeen": stage} if stage else {"eventsSeenAt": seen_at}

@@ -34,7 +34,7 @@ def executor(project: Project) -> LocalExecutor:
     return LocalExecutor(project.jobs, record_wire=os.environ.get("NODUS_RECORD_WIRE") == "1")
 
 
-KEPT = ("source", "launchGeneration")
+KEPT = ("source", "launchGeneration", "eventsSeenAt", "stageSeen")
 """Status fields the controllers own, carried over when the job's status is copied in."""
 
 
@@ -190,6 +190,14 @@ def _package_paths(environment: ResourceRecord) -> list[str]:
         return []
     spec_file = Path(str(source).rsplit(":", 1)[0])
     return [str((spec_file.parent / package["path"]).resolve())]
+
+
+def reported_events(jobs: LocalExecutor, record: ResourceRecord) -> list[JSONObject]:
+    """The executor's recent events of the job (stage reports among them), oldest first."""
+    if not jobs.exists(record.key.project, record.key.name):
+        return []
+    events = jobs.status(record.key.project, record.key.name).get("events") or []
+    return [event for event in events if isinstance(event, dict)]
 
 
 def job_status(jobs: LocalExecutor, record: ResourceRecord) -> JSONObject:
