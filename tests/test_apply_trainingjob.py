@@ -299,3 +299,25 @@ def test_a_job_runs_its_command_and_its_log_is_kept(project: Path) -> None:
     assert code == 0 and "Job/hello: Succeeded" in output, output
     code, output = nodus("logs", "job/hello")
     assert code == 0 and "hello from a job" in output
+
+
+def test_the_model_is_imported_once_and_handed_to_the_trainer(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    revision = "c1899de289a04d12100db370d81485cdf75e47ca"
+    extra = f"  model: {{uri: 'hf://tiny/model@{revision}'}}\n"
+    (project / "job.yaml").write_text(JOB.format(parameters="{steps: 2}", extra=extra))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    code, output = nodus("apply", str(project), "--yes")
+    assert code == 0
+    code, output = nodus("get", "tj", "echo-run", "-o", "jsonpath={.status.reason} {.status.stage}")
+    assert output.split() == ["ModelNotCached", "CachingModel"], output
+    snapshot = tmp_path / "hub" / "models--tiny--model" / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text('{"model_type": "qwen3"}')
+    code, output = nodus("apply", str(project), "--yes", "--wait", "--timeout", "2m")
+    assert code == 0 and "TrainingJob/echo-run: Succeeded" in output, output
+    spec = json.loads((project / ".nodus" / "jobs" / "default" / "echo-run" / "spec.json").read_text())
+    model = Path(spec["env"]["NODUS_INPUT_MODEL"])
+    assert model == project / ".nodus" / "models" / f"tiny--model@{revision}"
+    assert json.loads((model / "config.json").read_text()) == {"model_type": "qwen3"}

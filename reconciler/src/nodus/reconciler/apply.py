@@ -253,6 +253,11 @@ def _reconcile(
         if launched:
             result.launched.append(launched)
             report(str(op.key), f"launched {launched}")
+    elif op.key.kind == "Volume":
+        from nodus.reconciler.controllers.volume import reconcile_volume
+
+        spec_file = Path(op.source.rsplit(":", 1)[0]) if op.source else None
+        status = reconcile_volume(record, project=project, spec_file=spec_file)
     elif op.key.kind == "TrainingRuntime":
         status = {"phase": "Ready"}
     if status is not None:

@@ -12,6 +12,7 @@ executor is asked, and the executor starts nothing twice, so repeated or interru
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from decimal import Decimal
 from pathlib import Path
@@ -67,9 +68,14 @@ def reconcile_trainingjob(
             "message": f"Environment {environment.key.name} is not Ready ({reason})",
         }, None
     assert runtime is not None  # admitted
+    input_model, waiting = _model(record, verdict, project=project, store=store)
+    if waiting is not None:
+        return waiting, None
     jobs = executor(project)
     manifests = manifest_folder(project, environment) if environment is not None else None
     spec = compile_job(record, verdict, runtime, environment, manifests)
+    if input_model is not None:
+        spec = dataclasses.replace(spec, env={**spec.env, "NODUS_INPUT_MODEL": str(input_model)})
     exists = jobs.exists(record.key.project, record.key.name)
     if record.spec["spec"].get("state") == "Suspended":
         if exists:
@@ -84,6 +90,32 @@ def reconcile_trainingjob(
     jobs.launch(spec)
     status = {**job_status(jobs, record), "launchGeneration": launch_generation(record)}
     return status, (launch_key(record) if new else None)
+
+
+def _model(
+    record: ResourceRecord, verdict: Admission, *, project: Project, store: StateStore
+) -> tuple[Path | None, JSONObject | None]:
+    """The model folder for NODUS_INPUT_MODEL (imported once from the local cache: stage CachingModel), or
+    the status to wait with (ModelNotCached, VolumeNotReady)."""
+    model = verdict.model or {}
+    if model.get("uri"):
+        from nodus.reconciler.controllers.status import write_status
+        from nodus.reconciler.controllers.volume import ensure_model, imported
+
+        if not imported(project, str(model["uri"])):
+            # Importing can take minutes for a large model: say so while it runs (`nodus get` shows it).
+            write_status(store, record, {**record.status, "phase": "Pending", "stage": "CachingModel"})
+        path, status = ensure_model(project, str(model["uri"]))
+        return (path, None) if path is not None else (None, {**status, "stage": "CachingModel"})
+    volume = model.get("volume")
+    if volume:
+        key = ResourceKey("Volume", record.key.project, str(volume["name"]))
+        found = store.get(key)
+        if found is None or found.status.get("phase") != "Ready":
+            message = f"Volume {volume['name']} is not Ready"
+            return None, {"phase": "Pending", "reason": "VolumeNotReady", "message": message}
+        return Path(str(found.status["path"])), None
+    return None, None
 
 
 def _stop_replaced(jobs: LocalExecutor, record: ResourceRecord) -> None:

@@ -1,0 +1,197 @@
+"""Volumes and model caching: pinned model revisions imported once, read-only, and reused by every run.
+
+Who calls it: `nodus apply` for Volume resources (first wave), and the TrainingJob controller for the model a
+job names (`spec.model.uri` or `spec.model.volume`), which it hands to the trainer as `NODUS_INPUT_MODEL`.
+
+Where models come from: nodus never downloads weights at run time. A revision `hf://org/name@<commit>` is
+imported from the local Hugging Face cache (`HF_HUB_CACHE`, else `HF_HOME/hub`, else
+`~/.cache/huggingface/hub`: the layout `huggingface-cli download` writes, `models--org--name/snapshots/<commit>`);
+a Volume with `source.path` copies a local folder. Each import is copied (symlinks into the cache's blobs
+followed, never out of it), checked, made read-only and recorded with a sha256 per file, into:
+
+    .nodus/models/<org>--<name>@<commit>/        models named by a TrainingJob (shared by all its runs)
+    .nodus/volumes/<project>/<name>/rev<N>/      Volumes, by revision
+
+Status of a Volume: `phase` Ready (with `revision`, `files`, `sizeBytes`, `path`) or Pending/Failed with the
+reason `ModelNotCached`, `SourceMissing` or `SizeExceeded`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import Any
+
+from nodus.reconciler.project import Project
+from nodus.reconciler.state.records import JSONObject, ResourceRecord
+
+MANIFEST = ".nodus-manifest.json"
+
+
+def hub_cache() -> Path:
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]) / "hub"
+    return Path("~/.cache/huggingface/hub").expanduser()
+
+
+def split_uri(uri: str) -> tuple[str, str]:
+    """`hf://org/name@commit` -> (`org/name`, `commit`)."""
+    repo, _, revision = uri.removeprefix("hf://").partition("@")
+    return repo, revision
+
+
+def snapshot(uri: str) -> Path | None:
+    """The cached snapshot folder of a pinned revision, or None when it is not in the local cache."""
+    repo, revision = split_uri(uri)
+    folder = hub_cache() / f"models--{repo.replace('/', '--')}" / "snapshots" / revision
+    return folder if folder.is_dir() else None
+
+
+def not_cached(uri: str) -> JSONObject:
+    repo, revision = split_uri(uri)
+    return {
+        "phase": "Pending",
+        "reason": "ModelNotCached",
+        "message": f"{uri} is not in the local Hugging Face cache ({hub_cache()}): nodus never downloads weights "
+        f"at run time; fetch it once with `huggingface-cli download {repo} --revision {revision}`",
+    }
+
+
+def import_tree(source: Path, target: Path, *, allowed: Path | None = None) -> JSONObject:
+    """Copy `source` to `target` once (atomically), read-only, with a sha256 per file; the manifest.
+
+    Symlinks are followed only to files under `allowed` (default: `source` itself; for a cache snapshot, the
+    model's folder with its blobs). An existing complete import is reused as it is: later runs are cheap.
+    """
+    manifest_path = target / MANIFEST
+    if manifest_path.is_file():
+        recorded: JSONObject = json.loads(manifest_path.read_text(encoding="utf-8"))
+        return recorded
+    partial = target.with_name(target.name + ".partial")
+    if partial.exists():
+        _make_writable(partial)
+        shutil.rmtree(partial)
+    files: dict[str, Any] = {}
+    root = (allowed or source).resolve()
+    for current, dirs, names in os.walk(source):
+        dirs.sort()
+        for name in sorted(names):
+            path = Path(current) / name
+            real = path.resolve()
+            # The cache's snapshot files are symlinks into its blobs; anything pointing elsewhere is refused.
+            if not real.is_relative_to(root) or not real.is_file():
+                continue
+            relative = path.relative_to(source).as_posix()
+            destination = partial / relative
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(real, destination)
+            files[relative] = {"sha256": _sha256(destination), "size": destination.stat().st_size}
+    partial.mkdir(parents=True, exist_ok=True)
+    manifest = {"files": files, "sizeBytes": sum(item["size"] for item in files.values())}
+    (partial / MANIFEST).write_text(json.dumps(manifest, sort_keys=True, indent=2) + "\n", encoding="utf-8")
+    _make_read_only(partial)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial.rename(target)
+    return manifest
+
+
+def model_folder(project: Project, uri: str) -> Path:
+    repo, revision = split_uri(uri)
+    return project.files.root / "models" / f"{repo.replace('/', '--')}@{revision}"
+
+
+def imported(project: Project, uri: str) -> bool:
+    return (model_folder(project, uri) / MANIFEST).is_file()
+
+
+def ensure_model(project: Project, uri: str) -> tuple[Path | None, JSONObject]:
+    """The imported model folder of a pinned revision (imported now if needed), or None and why not."""
+    target = model_folder(project, uri)
+    if imported(project, uri):
+        return target, {"phase": "Ready"}
+    found = snapshot(uri)
+    if found is None:
+        return None, not_cached(uri)
+    import_tree(found, target, allowed=found.parents[1])
+    return target, {"phase": "Ready"}
+
+
+def volume_path(project: Project, record: ResourceRecord, revision: int) -> Path:
+    return project.files.root / "volumes" / record.key.project / record.key.name / f"rev{revision}"
+
+
+def reconcile_volume(record: ResourceRecord, *, project: Project, spec_file: Path | None) -> JSONObject:
+    """Fill a Volume from its source once (revision 1); an empty Volume is Ready at revision 0."""
+    if record.status.get("phase") == "Ready":
+        return record.status
+    spec = record.spec["spec"]
+    source = spec.get("source") or {}
+    if not source:
+        folder = volume_path(project, record, 0)
+        folder.mkdir(parents=True, exist_ok=True)
+        return {"phase": "Ready", "revision": 0, "files": 0, "sizeBytes": 0, "path": str(folder)}
+    if source.get("uri"):
+        found = snapshot(source["uri"])
+        if found is None:
+            return not_cached(source["uri"])
+    else:
+        found = (spec_file.parent if spec_file else Path.cwd()) / source["path"]
+        if not found.is_dir():
+            return {"phase": "Failed", "reason": "SourceMissing", "message": f"{found} is not a folder"}
+    target = volume_path(project, record, 1)
+    manifest = import_tree(found, target, allowed=found.parents[1] if source.get("uri") else None)
+    limit = _quantity(spec.get("size"))
+    if limit is not None and manifest["sizeBytes"] > limit:
+        return {
+            "phase": "Failed",
+            "reason": "SizeExceeded",
+            "message": f"{manifest['sizeBytes']} bytes is more than spec.size {spec['size']}",
+        }
+    return {
+        "phase": "Ready",
+        "revision": 1,
+        "files": len(manifest["files"]),
+        "sizeBytes": manifest["sizeBytes"],
+        "path": str(target),
+    }
+
+
+def _quantity(value: Any) -> int | None:
+    if value is None:
+        return None
+    from nodus.specs.types import parse_quantity
+
+    return parse_quantity(value)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _make_read_only(folder: Path) -> None:
+    for current, _, names in os.walk(folder):
+        for name in names:
+            path = Path(current) / name
+            path.chmod(stat.S_IMODE(path.stat().st_mode) & ~0o222)
+    for current, dirs, _ in os.walk(folder, topdown=False):
+        for name in dirs:
+            path = Path(current) / name
+            path.chmod(0o555)
+    folder.chmod(0o555)
+
+
+def _make_writable(folder: Path) -> None:
+    for current, _dirs, names in os.walk(folder):
+        Path(current).chmod(0o755)
+        for name in names:
+            (Path(current) / name).chmod(0o644)
