@@ -493,8 +493,19 @@ def contract_script(keys: Sequence[str]) -> str:
     lines = ["set -e", f"nodus-env info > {OUT}/info.json"]
     for key in keys:
         split, seed = key.split("/")
-        lines.append(f"nodus-env tasks --split {split} --seed {seed} > {OUT}/tasks-{split}-{seed}.jsonl")
+        lines.append(f"nodus-env tasks --split {split} --seed {seed} > {OUT}/{_tasks_file(key)}")
     return "\n".join(lines)
+
+
+def _tasks_file(key: str) -> str:
+    """`train/42` -> `tasks-train-42.jsonl`: where the scripts above write a task list under OUT."""
+    return f"tasks-{key.replace('/', '-')}.jsonl"
+
+
+def read_outputs(out: Path, keys: Sequence[str]) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """What a sandbox run of `tasks_script`/`contract_script` left in `out`: `info` and each task list."""
+    info = json.loads((out / "info.json").read_text(encoding="utf-8"))
+    return info, {key: (out / _tasks_file(key)).read_bytes() for key in keys}
 
 
 def _freeze(
@@ -517,8 +528,7 @@ def _freeze(
             f"{build.environment}@{build.version}: the freeze step failed: {_tail(run.stderr)}",
             hint=f"full log: {_save_log(store, build, 'freeze', run.stdout + run.stderr)}",
         )
-    info = json.loads((out / "info.json").read_text(encoding="utf-8"))
-    manifests = {key: (out / f"tasks-{key.replace('/', '-')}.jsonl").read_bytes() for key in build.manifests}
+    info, manifests = read_outputs(out, build.manifests)
     # Lock files are left by the datasets cache while loading; they are empty and never needed to read it.
     entries = tree_entries(data, prefix=DATA_PATH, owner=_grader_owner, exclude=lambda rel: rel.endswith(".lock"))
     entries.pop(DATA_PATH.strip("/"), None)
@@ -572,7 +582,7 @@ def _check(
             hint=f"full log: {_save_log(store, build, 'check', run.stdout + run.stderr)}",
         )
     for key, expected in manifests.items():
-        again = (out / f"tasks-{key.replace('/', '-')}.jsonl").read_bytes()
+        again = (out / _tasks_file(key)).read_bytes()
         if again != expected:
             raise BuildError(
                 f"{build.environment}@{build.version}: the {key} tasks differ offline from the ones the freeze step "
@@ -675,11 +685,9 @@ def verify_prebuilt(
                 f"{name}@{version}: image {reference} does not implement the environment contract: {_tail(run.stderr)}",
                 hint="the image must provide `nodus-env info` and `nodus-env tasks` (build it FROM nodus-env-base)",
             )
-        info = json.loads((out / "info.json").read_text(encoding="utf-8"))
+        info, listed = read_outputs(out, keys)
         result.splits = {split: int(count) for split, count in dict(info.get("splits") or {}).items()}
-        result.manifests = {
-            key: store.put_manifest((out / f"tasks-{key.replace('/', '-')}.jsonl").read_bytes()) for key in keys
-        }
+        result.manifests = {key: store.put_manifest(data) for key, data in listed.items()}
     base_digest = str(image.manifest.get("annotations", {}).get("org.opencontainers.image.base.digest") or digest)
     lock.record(
         name,
