@@ -296,3 +296,20 @@ def test_raise_for_errors_gives_one_spec_error() -> None:
     with pytest.raises(SpecError) as info:
         result.raise_for_errors()
     assert info.value.problems == ["x.yaml:4:7: Secret/s: spec.keys: required field is missing"]
+
+
+def test_money_has_one_spelling_per_amount() -> None:
+    from decimal import Decimal
+
+    from nodus.specs.types import format_usd
+
+    spelled = {text: format_usd(Decimal(text)) for text in ("20", "20.0", "20.00", "5.5", "0.0015", "0.0050", "0")}
+    assert spelled == {
+        "20": "20.00",
+        "20.0": "20.00",
+        "20.00": "20.00",
+        "5.5": "5.50",
+        "0.0015": "0.0015",
+        "0.0050": "0.005",
+        "0": "0.00",
+    }

@@ -215,6 +215,13 @@ def parse_usd(value: Any) -> Decimal:
         raise _fail("usd", "must be a decimal amount", value) from exc
 
 
+def format_usd(value: Decimal) -> str:
+    """One spelling per amount, so "20", "20.0" and "20.00" are the same spec (no phantom diff in a plan):
+    at least two decimals, trailing zeros beyond them dropped ("5.00", "0.0015", "5.50")."""
+    whole, _, fraction = format(value, "f").partition(".")
+    return f"{whole}.{fraction.rstrip('0').ljust(2, '0')}"
+
+
 def parse_duration(value: Any) -> timedelta:
     """`30s`, `15m`, `1h30m`, `2d`, `500ms`; a bare integer is seconds."""
     if isinstance(value, timedelta):
@@ -331,7 +338,7 @@ GpuType = Annotated[str, BeforeValidator(check_gpu_type), _string_schema(GPU_TYP
 USD = Annotated[
     Decimal,
     BeforeValidator(parse_usd),
-    PlainSerializer(lambda d: format(d, "f"), return_type=str),
+    PlainSerializer(lambda d: format_usd(d), return_type=str),
     _string_schema(USD_RE.pattern, description='US dollars as a decimal string, e.g. "5.00"'),
 ]
 Duration = Annotated[
