@@ -313,3 +313,14 @@ def test_money_has_one_spelling_per_amount() -> None:
         "0.0050": "0.005",
         "0": "0.00",
     }
+
+
+def test_parameters_must_be_finite_numbers(tmp_path: Path) -> None:
+    text = (
+        "apiVersion: nodus.dev/v1beta1\nkind: TrainingJob\nmetadata: {name: tj}\n"
+        "spec: {runtime: nodus/grpo-lora, parameters: {lora: {dropout: .nan}}}\n"
+    )
+    result = parse_text(text, "job.yaml")
+    assert len(result.errors) == 1
+    problem = result.errors[0]
+    assert problem.field == "spec.parameters" and problem.message == "lora: dropout: must be a finite number (got nan)"

@@ -144,6 +144,20 @@ class ExportTo(SpecModel):
     """A Ready ReadWriteOnce Volume in the same project."""
 
 
+def finite(value: Any, path: str = "") -> Any:
+    """Free-form parameters as JSON can carry them: `.inf` and `.nan` from YAML are refused (JSON has no
+    such numbers; they would be written as null and the run would get something else than the file says)."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        raise PydanticCustomError(
+            "finite", "{where}must be a finite number (got {value})", {"where": path, "value": value}
+        )
+    if isinstance(value, dict):
+        return {key: finite(item, f"{path}{key}: ") for key, item in value.items()}
+    if isinstance(value, list):
+        return [finite(item, f"{path}[{index}]: ") for index, item in enumerate(value)]
+    return value
+
+
 class TrainingJobSpec(SpecModel):
     """What to train: runtime, model, data or environment, parameters, resources and the cost cap."""
 
@@ -191,6 +205,12 @@ class TrainingJobSpec(SpecModel):
         if self.task == "Pretrain" and self.data is None:
             raise ValueError("task Pretrain needs data")
         return self
+
+    @field_validator("parameters")
+    @classmethod
+    def _finite_parameters(cls, value: dict[str, Any]) -> dict[str, Any]:
+        finite(value)
+        return value
 
 
 class TrainingJob(Resource):
