@@ -44,6 +44,8 @@ from nodus.builder.store import Store, file_lock, user_cache
 from nodus.errors import BuildError, PrerequisiteError
 
 BASE_TAG = "nodus-env-base"
+BASE_FORMAT = "2"
+"""Bumped when how the base is assembled changes (its config, its layers), so a stored base is rebuilt."""
 SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"
 GRADER_UID = 10001
 NODUS_ENV_SCRIPT = b"#!/usr/bin/python3\nimport sys\nfrom nodus.env.cli import main\nsys.exit(main())\n"
@@ -202,12 +204,14 @@ def build_base(store: Store, recipe: BaseRecipe | None = None, *, progress: Prog
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONUNBUFFERED": "1",
         },
-        entrypoint=["/usr/local/bin/nodus-env"],
-        cmd=["info"],
+        # No entrypoint: the grading service runs `IMAGE nodus-env grade` (GradingSettings.container_command),
+        # and `podman run IMAGE` alone prints what the image holds.
+        cmd=["nodus-env", "info"],
         user=f"{GRADER_UID}:{GRADER_UID}",
         labels={
             "dev.nodus.base.rootfs": rootfs_digest,
             "dev.nodus.base.recipe": recipe.key,
+            "dev.nodus.base.format": BASE_FORMAT,
             "dev.nodus.env.version": env_version,
             "dev.nodus.env.source": entries_digest(env_entries),
             "org.opencontainers.image.title": "nodus-env-base",
@@ -238,5 +242,6 @@ def current_base(store: Store, recipe: BaseRecipe | None = None) -> ImageRef | N
     wanted = {
         "dev.nodus.base.recipe": (recipe or BaseRecipe()).key,
         "dev.nodus.env.source": entries_digest(env_entries),
+        "dev.nodus.base.format": BASE_FORMAT,
     }
     return image.ref if all(labels.get(name) == value for name, value in wanted.items()) else None

@@ -6,17 +6,20 @@ nodus-build first (the same code path as the `nodus-build` CLI).
 
 Status it writes: `phase` (Ready, Pending, Failed), `reason` when not Ready (`ImageNotBuilt`: the version is
 not in nodus.lock; `ImageMissing`: the lock names a digest the local store does not have; `BuildFailed`),
-`image` (the digest), `splits` (task counts) and `manifests` (`split/seed` -> digest).
+`image` (the digest), `splits` (task counts), `manifests` (`split/seed` -> digest), and `graderImage` /
+`graderImageId`: the image as loaded into podman's storage, which jobs' graders run in (no network).
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from nodus.builder.lockfile import Lock
-from nodus.builder.oci import tags_of
+from nodus.builder.oci import read_image, tags_of
 
 JSONObject = dict[str, Any]
 Builder = Callable[[Path], tuple[bool, str]]
@@ -40,12 +43,37 @@ def environment_status(document: JSONObject, *, lock: Lock, images: Path) -> JSO
             "message": f"image {entry.image} of {name}@{version} is not in the local store: run nodus-build",
             "image": entry.image,
         }
-    return {
+    status: JSONObject = {
         "phase": "Ready",
         "image": entry.image,
         "splits": dict(entry.splits),
         "manifests": dict(entry.manifests),
     }
+    local = load_for_graders(images, document, tags_of(images, entry.image)[0])
+    if local is not None:
+        status["graderImage"], status["graderImageId"] = local
+    return status
+
+
+def load_for_graders(images: Path, document: JSONObject, tag: str) -> tuple[str, str] | None:
+    """Copy the image from the store into podman's storage, where the grading service runs graders from
+    (it never pulls); (name, image id), or None without podman and skopeo (graders then run in process
+    mode from the package folder). Done once: an image already there with the same id is kept."""
+    if shutil.which("podman") is None or shutil.which("skopeo") is None:
+        return None
+    name = f"localhost/nodus-env/{document['metadata']['name']}:{document['spec']['version'].replace('+', '_')}"
+    config = read_image(images, tag).ref.config_digest
+    podman = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
+    found = subprocess.run([*podman, "image", "inspect", "--format", "{{.Id}}", name], capture_output=True, text=True)
+    if found.returncode != 0 or found.stdout.strip() != config.removeprefix("sha256:"):
+        copied = subprocess.run(
+            ["skopeo", "copy", "--quiet", f"oci:{images}:{tag}", f"containers-storage:{name}"],
+            capture_output=True,
+            text=True,
+        )
+        if copied.returncode != 0:
+            return None
+    return name, config
 
 
 def reconcile_environment(

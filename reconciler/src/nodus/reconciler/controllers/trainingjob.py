@@ -162,6 +162,10 @@ def compile_job(
         env_spec = EnvironmentSpec(
             name=environment.key.name,
             version=environment.spec["spec"]["version"],
+            # Graders run in the built image when podman has it (container mode); the package folder is the
+            # fallback for a host without a container runtime (process mode, still sandboxed).
+            image=environment.status.get("graderImage"),
+            digest=environment.status.get("graderImageId"),
             paths=tuple(_package_paths(environment)),
             loader=environment.spec["spec"]["package"].get("loader"),
             train_tasks=int(tasks.get("trainTasks") or 256),
