@@ -89,29 +89,11 @@ def buildah_build(environment: Path, base: str, work: Path, build_spec: dict[str
     tag = f"localhost/nodus-bench-buildah:{work.name.lower()}"
     started = time.perf_counter()
     if requirements:
-        lock = context / "requirements.lock.txt"
-        lock.write_text("".join(line.replace(" --hash", " \\\n    --hash") + "\n" for line in requirements))
-        from nodus.builder.requirements import PYTHON_PLATFORM, PYTHON_VERSION, uv_binary
+        from nodus.builder.plan import LockedRequirements
+        from nodus.builder.requirements import install
 
-        subprocess.run(
-            [
-                uv_binary(),
-                "pip",
-                "install",
-                "--target",
-                str(site),
-                "--require-hashes",
-                "--no-deps",
-                "--quiet",
-                "--python-version",
-                PYTHON_VERSION,
-                "--python-platform",
-                PYTHON_PLATFORM,
-                "-r",
-                str(lock),
-            ],
-            check=True,
-        )
+        # The same install nodus-build does (hash-checked, image platform), so both sides copy the same tree.
+        install(LockedRequirements.of(requirements), site, index=None, scratch=context)
     subprocess.run(
         [*BUILDAH, *LIMITS, "--network", "none", "--timestamp", "0", "--layers=false", "-q", "-t", tag, str(context)],
         check=True,

@@ -17,7 +17,6 @@ layer's bytes depend only on the tar's content, never on how or where it was unp
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import importlib.util
 import os
@@ -40,6 +39,7 @@ from nodus.builder.oci import (
     tagged,
     write_image,
 )
+from nodus.builder.plan import file_digest
 from nodus.builder.store import Store, file_lock, user_cache
 from nodus.errors import BuildError, PrerequisiteError
 
@@ -115,14 +115,6 @@ def rootfs_tar(recipe: BaseRecipe, *, progress: Progress | None = None) -> Path:
             raise BuildError(f"mmdebstrap failed (exit {result.returncode}): {tail}", hint="check the Debian mirror")
         partial.replace(target)
     return target
-
-
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return f"sha256:{digest.hexdigest()}"
 
 
 def rootfs_entries(tar_path: Path, unpack: Path) -> dict[str, Entry]:

@@ -367,12 +367,13 @@ def _file_records(folder: Path, files: Sequence[str]) -> Iterator[list[str]]:
         elif stat.S_ISREG(info.st_mode):
             # Only the executable bit matters: the build installs files 0644 or 0755, whatever else is set.
             executable = "x" if info.st_mode & stat.S_IXUSR else "-"
-            yield [rel, executable, _file_digest(path)]
+            yield [rel, executable, file_digest(path)]
         else:
             raise BuildError(f"{path} is neither a file, a folder nor a symlink", hint="remove it from the package")
 
 
-def _file_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
+    """`sha256:<hex>` of a file, read in chunks (package files, the base image's rootfs tar)."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):

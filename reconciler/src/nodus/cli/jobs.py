@@ -8,7 +8,6 @@ takes the apply lease, validates the patched resource like a file, and refuses a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import sys
@@ -21,6 +20,7 @@ import click
 from nodus.cli.console import err_line, line
 from nodus.cli.resources import split_target
 from nodus.errors import ConfigError
+from nodus.reconciler.executor.job import file_sha256
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey
 
@@ -87,7 +87,7 @@ def cp(source: str, destination: Path, namespace: str | None, path: Path | None)
         known = ", ".join(sorted(recorded)[:8]) or "none yet (the job has not finished)"
         raise ConfigError(f"{key.kind}/{key.name} has no output {relative!r}", hint=f"outputs: {known}")
     found = files.outputs / relative
-    digest = _sha256(found) if found.is_file() and not found.is_symlink() else None
+    digest = file_sha256(found) if found.is_file() and not found.is_symlink() else None
     if digest != recorded[relative]["sha256"]:
         raise ConfigError(
             f"outputs/{relative} of {key.kind}/{key.name} no longer matches the sha256 recorded when it was collected",
@@ -104,14 +104,6 @@ def _recorded(manifest: Path) -> dict[str, dict[str, Any]]:
     except FileNotFoundError:
         return {}
     return files if isinstance(files, dict) else {}
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @click.command("cancel")
@@ -137,7 +129,7 @@ def cancel(target: str, namespace: str | None, path: Path | None) -> None:
 @click.option("--path", type=click.Path(path_type=Path), help="Project folder (default: found from here).")
 def delete(target: str, namespace: str | None, state: str | None, path: Path | None) -> None:
     """Delete a resource from the state (a job is cancelled first). Its file, if any, still plans it back."""
-    from nodus.reconciler.apply import Operation, apply_operations, take_lease
+    from nodus.reconciler.apply import Operation, apply_operations, holding_lease
 
     kind, name = split_target(target)
     if name is None:
@@ -148,11 +140,8 @@ def delete(target: str, namespace: str | None, state: str | None, path: Path | N
     try:
         if store.get(key) is None:
             raise ConfigError(f"{kind}/{name} not found")
-        lease = take_lease(store, f"delete {key}")
-        try:
+        with holding_lease(store, f"delete {key}"):
             apply_operations([Operation("delete", key, None)], project=project, store=store)
-        finally:
-            store.release_lease(lease)
         line(f"{kind.lower()}/{name} deleted")
     finally:
         store.close()
@@ -184,7 +173,7 @@ def patch(
     target: str, patch_text: str, patch_type: str, namespace: str | None, state: str | None, path: Path | None
 ) -> None:
     """Change a stored resource in place (raise a cap, suspend or resume: spec.state), then reconcile it."""
-    from nodus.reconciler.apply import Operation, apply_operations, take_lease
+    from nodus.reconciler.apply import Operation, apply_operations, holding_lease
     from nodus.reconciler.planning.desired import document_of
     from nodus.specs.registry import BY_KIND
 
@@ -199,8 +188,7 @@ def patch(
     store = project.open_state()
     key = ResourceKey(kind, namespace or DEFAULT_PROJECT, name)
     try:
-        lease = take_lease(store, f"patch {key}")
-        try:
+        with holding_lease(store, f"patch {key}"):
             record = store.get(key)
             if record is None:
                 raise ConfigError(f"{kind}/{name} not found")
@@ -214,8 +202,6 @@ def patch(
             apply_operations(
                 [Operation("update", key, document, record.status.get("source"))], project=project, store=store
             )
-        finally:
-            store.release_lease(lease)
         err_line(f"{kind.lower()}/{name} patched")
     finally:
         store.close()

@@ -17,10 +17,11 @@ Order of work, and why:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -73,6 +74,16 @@ def _silent(resource: str, message: str) -> None:
     return None
 
 
+@contextlib.contextmanager
+def holding_lease(store: StateStore, operation: str) -> Iterator[Lease]:
+    """The apply lease, held for the `with` block (apply, delete, patch); released whatever happens."""
+    lease = take_lease(store, operation)
+    try:
+        yield lease
+    finally:
+        store.release_lease(lease)
+
+
 def take_lease(store: StateStore, operation: str) -> Lease:
     """The apply lease; one left by a process of this host that has died is taken over (an apply killed
     mid-way must not block the next one until the lease expires). A live holder fails fast (LeaseHeld)."""
@@ -119,8 +130,7 @@ def apply_plan(
     `make_plan(store)` runs under the lease, so a plan made on the spot cannot be overtaken by another apply;
     for a saved plan (`saved=True`) it returns the saved plan and `stale_reasons` must be empty.
     """
-    lease = take_lease(store, operation)
-    try:
+    with holding_lease(store, operation):
         plan = make_plan(store)
         if saved:
             reasons = stale_reasons(plan, store.list())
@@ -132,8 +142,6 @@ def apply_plan(
             operations_of(plan.actions), project=project, store=store, options=options, reporter=reporter
         )
         return plan, result
-    finally:
-        store.release_lease(lease)
 
 
 def apply_operations(

@@ -18,7 +18,6 @@ reason `ModelNotCached`, `SourceMissing` or `SizeExceeded`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from nodus.reconciler.executor.job import file_sha256
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceRecord
 
@@ -91,7 +91,7 @@ def import_tree(source: Path, target: Path, *, allowed: Path | None = None) -> J
             destination = partial / relative
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(real, destination)
-            files[relative] = {"sha256": _sha256(destination), "size": destination.stat().st_size}
+            files[relative] = {"sha256": file_sha256(destination), "size": destination.stat().st_size}
     partial.mkdir(parents=True, exist_ok=True)
     manifest = {"files": files, "sizeBytes": sum(item["size"] for item in files.values())}
     (partial / MANIFEST).write_text(json.dumps(manifest, sort_keys=True, indent=2) + "\n", encoding="utf-8")
@@ -168,14 +168,6 @@ def _quantity(value: Any) -> int | None:
     from nodus.specs.types import parse_quantity
 
     return parse_quantity(value)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _make_read_only(folder: Path) -> None:

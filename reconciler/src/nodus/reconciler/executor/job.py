@@ -390,6 +390,15 @@ def log_tail(path: Path, *, offset: int = 0, lines: int = 20, max_bytes: int = 1
     return [line for line in text.splitlines() if line.strip()][-lines:]
 
 
+def file_sha256(path: Path) -> str:
+    """The hex sha256 of a file, read in chunks: what outputs.json records and `nodus cp` checks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as source:
+        for chunk in iter(lambda: source.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def manifest_of(outputs: Path) -> dict[str, Any]:
     """sha256 and size of every regular file under `outputs` (what `nodus cp` verifies against).
 
@@ -410,11 +419,7 @@ def manifest_of(outputs: Path) -> dict[str, Any]:
             if path.is_symlink() or not path.is_file():
                 skipped.append(relative)
                 continue
-            digest = hashlib.sha256()
-            with path.open("rb") as source:
-                for chunk in iter(lambda: source.read(1 << 20), b""):
-                    digest.update(chunk)
-            files[relative] = {"sha256": digest.hexdigest(), "size": path.stat().st_size}
+            files[relative] = {"sha256": file_sha256(path), "size": path.stat().st_size}
     return {"files": dict(sorted(files.items())), "skipped": sorted(skipped)}
 
 
