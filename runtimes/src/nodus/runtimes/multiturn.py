@@ -1,0 +1,99 @@
+"""Multi-turn episodes for GRPO: the model replies, the Environment answers, until the episode is done.
+
+Who uses it: `grpo_lora.train` passes `make_rollout(...)` to TRL's GRPOTrainer as its `rollout_func` when
+`maxTurns` is above 1. For each prompt it plays `groupSize` episodes with the policy being trained: after each
+reply the episode so far goes to the platform's grader (`{taskId, turns}`, phase Training), which replays it in
+the Environment and answers the next message and whether the episode is done. An episode ends when it is done,
+after `maxTurns` replies, or before it would pass `maxEpisodeTokens`.
+
+The model learns only from its own tokens: the completion TRL trains on is every reply with the Environment's
+messages between them, and `env_mask` is 1 on the model's tokens and 0 on the Environment's (TRL multiplies its
+loss mask by it). The episode's last verdict is its reward (`episode_reward`, passed on to the reward
+function); an InfrastructureFailure is None, which leaves the episode out of its group.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from nodus.runtimes.attempt import reward_of
+from nodus.runtimes.contract import RunContext
+
+
+def _key(prompt: Any) -> str:
+    return json.dumps(prompt, sort_keys=True, ensure_ascii=False)
+
+
+def make_rollout(context: RunContext, p: Any, task_ids: dict[str, str]) -> Any:
+    """`task_ids` maps each prompt (as `_key` renders it) to its taskId."""
+
+    def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        import torch
+
+        tokenizer = trainer.processing_class
+        model = trainer.model
+        episodes = [(prompt, g) for prompt in prompts for g in range(p.group_size)]
+        out: dict[str, list[Any]] = {
+            "prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [], "episode_reward": []
+        }
+        for prompt, _ in episodes:
+            messages = list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
+            rendered = tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
+            )
+            prompt_ids = tokenizer(rendered, add_special_tokens=False)["input_ids"]
+            completion: list[int] = []
+            logprobs: list[float] = []
+            mask: list[int] = []
+            turns: list[str] = []
+            verdict: dict[str, Any] = {"verdict": "InfrastructureFailure"}
+            budget = p.completion_tokens
+            for turn in range(p.max_turns):
+                room = min(p.max_tokens, budget - sum(mask), p.max_episode_tokens - len(prompt_ids) - len(completion))
+                if room <= 0:
+                    break
+                ids = torch.tensor([prompt_ids + completion])
+                with torch.no_grad():
+                    generated = model.generate(
+                        input_ids=ids.to(model.device),
+                        attention_mask=torch.ones_like(ids).to(model.device),
+                        max_new_tokens=room,
+                        do_sample=True,
+                        temperature=p.temperature,
+                        top_p=p.top_p,
+                        top_k=p.top_k,
+                        output_scores=True,
+                        return_dict_in_generate=True,
+                        pad_token_id=tokenizer.pad_token_id,
+                    )
+                new = generated.sequences[0, ids.shape[1] :].tolist()
+                for position, token in enumerate(new):
+                    scores = torch.log_softmax(generated.scores[position][0].float(), dim=-1)
+                    logprobs.append(float(scores[token]))
+                completion += new
+                mask += [1] * len(new)
+                turns.append(tokenizer.decode(new, skip_special_tokens=True))
+                verdict = context.api.grade([{"taskId": task_ids[_key(prompt)], "turns": turns}], "Training")[0]
+                message = verdict.get("next")
+                if verdict.get("done", True) or message is None or turn + 1 >= p.max_turns:
+                    break
+                # The environment's message as the chat template renders a user turn after the reply.
+                follow = tokenizer.apply_chat_template(
+                    [{"role": "user", "content": str(message)}], tokenize=False, add_generation_prompt=True,
+                    enable_thinking=False,
+                )
+                env_ids = tokenizer(str(follow), add_special_tokens=False)["input_ids"]
+                if tokenizer.eos_token_id is not None and (not new or new[-1] != tokenizer.eos_token_id):
+                    env_ids = [tokenizer.eos_token_id, *env_ids]
+                completion += env_ids
+                logprobs += [0.0] * len(env_ids)
+                mask += [0] * len(env_ids)
+            out["prompt_ids"].append(prompt_ids)
+            out["completion_ids"].append(completion)
+            out["logprobs"].append(logprobs)
+            out["env_mask"].append(mask)
+            out["episode_reward"].append(reward_of(verdict))
+        return out
+
+    return rollout
