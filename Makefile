@@ -17,15 +17,20 @@ $(VENV)/.synced: $(PROJECTS)
 
 setup: $(VENV)/.synced
 
-# Until the training job lands (issue 6), the main job checks every example repository of examples/.
+# The main job: the tiny model (built here, no hub), then `nodus apply` of examples/quickstart (an Environment and a
+# GRPO-LoRA TrainingJob), then the before-and-after comparison the platform computed. examples/quickstart/nodus.lock
+# (made here, not committed) makes that folder its own project, with its state in examples/quickstart/.nodus/.
+QUICKSTART = examples/quickstart
 quickstart: setup
-	@echo "== nodus validate: every example repository under examples/"
-	@for dir in $$(find examples -name '*.yaml' -printf '%h\n' | sort -u); do \
-		printf '%-40s ' "$$dir"; out=$$($(NODUS) validate "$$dir"); rc=$$?; \
-		echo "$$out" | tail -n 1; [ $$rc -eq 0 ] || { echo "$$out"; exit 1; }; \
-	done
-	@printf '%-40s ' catalog; $(NODUS) validate catalog | tail -n 1
-	@echo "== next: $(NODUS) env test catalog/arithmetic, $(NODUS) validate PATH, $(NODUS) schema KIND (see README.md)"
+	@.ci/system-packages quickstart
+	@echo "== 1/3 the tiny model nodus/tiny-qwen3, warmed up on the quickstart's train split (no download)"
+	$(VENV)/bin/python -m nodus.runtimes.tiny_model --warmup $(QUICKSTART)/reverse_words.py
+	@test -f $(QUICKSTART)/nodus.lock || printf 'lockfileVersion: 1\nenvironments: {}\n' > $(QUICKSTART)/nodus.lock
+	@echo "== 2/3 nodus apply $(QUICKSTART): build the Environment, then Baseline, Training, Evaluating, Exporting"
+	cd $(QUICKSTART) && ../../$(NODUS) apply . --build --yes --wait --timeout 14m
+	@echo "== 3/3 before and after, on the same held-out tasks (from the platform's record of the gradings)"
+	@cd $(QUICKSTART) && ../../$(NODUS) describe tj/quickstart | sed -n '/^Results:/,/^Events:/p' | sed '$$d'
+	@echo "== next: cd $(QUICKSTART) && ../../$(NODUS) get tj quickstart -o yaml; outputs in $(QUICKSTART)/.nodus/jobs/default/quickstart/outputs"
 
 # pytest exits 5 when it collected nothing; that is not a failure of the checks themselves.
 test: setup
@@ -36,6 +41,7 @@ bench: setup
 	$(VENV)/bin/python bench/grading.py
 	$(VENV)/bin/python bench/build.py
 	$(VENV)/bin/python bench/plan.py
+	$(VENV)/bin/python bench/train.py
 
 schemas: setup
 	$(VENV)/bin/python -m nodus.specs.schema_export

@@ -39,3 +39,24 @@ def base_reference(tmp_path_factory: pytest.TempPathFactory) -> str:
         if current_base(store) is None:
             build_base(store)
     return f"oci:{store.images}:{BASE_TAG}"
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """(HF_HUB_CACHE, revision) holding `nodus/tiny-qwen3` warmed up on the quickstart task, made once.
+
+    Built like the base image: beside the session's temporary folders, under a file lock, so xdist workers
+    share one build (about 30 s on two cores). The recipe is the quickstart's, so its revision is the one
+    examples/quickstart/trainingjob.yaml pins.
+    """
+    pytest.importorskip("trl", reason="the training stack (nodus-runtimes) is not installed")
+    from pathlib import Path
+
+    from nodus.builder.store import file_lock
+    from nodus.runtimes.tiny_model import Recipe, install
+
+    shared = tmp_path_factory.getbasetemp().parent / "nodus-tiny-model"
+    warmup = Path(__file__).parent / "examples" / "quickstart" / "reverse_words.py"
+    with file_lock(shared / ".lock"):
+        revision, _, _ = install(Recipe(), warmup, shared / "hub")
+    return str(shared / "hub"), revision

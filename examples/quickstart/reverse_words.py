@@ -33,8 +33,7 @@ def tasks(split: str) -> list[dict[str, object]]:
     words = _words()
     chosen = words[:TRAIN] if split == "train" else words[TRAIN:]
     return [
-        {"prompt": PROMPT.format(word=word), "answer": word[::-1], "metadata": {"length": len(word)}}
-        for word in chosen
+        {"prompt": PROMPT.format(word=word), "answer": word[::-1], "metadata": {"length": len(word)}} for word in chosen
     ]
 
 

@@ -85,3 +85,29 @@ def test_refusals_name_the_reason_and_the_field(
     assert not verdict.admitted
     assert verdict.reason == reason
     assert message in verdict.message
+    assert verdict.field and verdict.message.startswith(f"{verdict.field}: ")
+
+
+@pytest.mark.parametrize(
+    ("parameters", "field", "message"),
+    [
+        ({"learning_rate": 1e-4}, "spec.parameters.learning_rate", "unknown parameter; did you mean 'learningRate'?"),
+        ({"LearningRate": 1e-4}, "spec.parameters.LearningRate", "unknown parameter; did you mean 'learningRate'?"),
+        ({"step": 3}, "spec.parameters.step", "unknown parameter; did you mean 'steps'?"),
+        ({"lora": {"alhpa": 8}}, "spec.parameters.lora.alhpa", "unknown parameter; did you mean 'alpha'?"),
+        ({"lora": {"rank": 8}}, "spec.parameters.lora.rank", "unknown parameter (the runtime's schema does not allow"),
+        ({"temperature": 1.0}, "spec.parameters.temperature", "unknown parameter (the runtime's schema does not"),
+    ],
+)
+def test_an_unknown_parameter_suggests_the_name_it_was_probably_meant_to_be(
+    parameters: dict[str, Any], field: str, message: str
+) -> None:
+    lora = {"type": "object", "additionalProperties": False, "properties": {"r": {}, "alpha": {}}}
+    closed = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"steps": {"type": "integer"}, "learningRate": {"type": "number"}, "lora": lora},
+    }
+    verdict = admit(job(parameters=parameters), runtime(parameterSchema=closed), ENVIRONMENTS)
+    assert verdict.reason == "InvalidParameters" and verdict.field == field
+    assert verdict.message.startswith(f"{field}: {message}")

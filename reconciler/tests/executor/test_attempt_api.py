@@ -20,6 +20,7 @@ import pytest
 from nodus.errors import PermanentError, TemporaryError
 from nodus.reconciler.executor.attempt_api import AttemptAPI, AttemptServer, for_trainer
 from nodus.reconciler.executor.job import EnvironmentSpec
+from nodus.reconciler.executor.summary import PHASES
 from nodus.reconciler.grading import EnvironmentRef, GradingService, GradingSettings, Verdict
 
 ENVIRONMENT = EnvironmentSpec("fake", "1.0.0", paths=("/nonexistent",), train_tasks=3, held_out_tasks=2, seed=7)
@@ -107,6 +108,21 @@ def test_gradings_go_to_the_service_under_the_job_and_come_back_without_the_sand
     assert recorded[0][0]["evidence"]["process"]["argv"] == ["unshare", "/srv/env/answers"]
 
 
+@pytest.mark.parametrize(("phase", "recorded"), [(None, "Training"), *((p, p) for p in PHASES)])
+def test_each_verdict_is_recorded_with_the_phase_of_its_request(phase: str | None, recorded: str) -> None:
+    api, _, _ = make_api(FakeGrading())
+    records: list[list[dict[str, Any]]] = []
+    api.on_verdicts = records.append
+    body: dict[str, Any] = {"items": [{"taskId": "test-0", "completion": "a"}, {"taskId": "test-1", "completion": "b"}]}
+    if phase is not None:
+        body["phase"] = phase
+    status, reply = post(api, "gradings", body)
+    assert status == 200
+    assert [(r["taskId"], r["phase"]) for r in records[0]] == [("test-0", recorded), ("test-1", recorded)]
+    # The trainer's reply is the verdicts as before: the phase is the platform's bookkeeping.
+    assert all("phase" not in verdict for verdict in reply["verdicts"])
+
+
 def test_for_trainer_leaves_verdicts_without_process_evidence_alone() -> None:
     verdict = {"taskId": "t", "verdict": "InfrastructureFailure", "reward": None, "evidence": {"message": "x"}}
     assert for_trainer(verdict) is verdict
@@ -141,6 +157,9 @@ def test_routing(method: str, path: str, status: int, message: str | None) -> No
         ("gradings", {"items": []}, "'items' must be a non-empty list"),
         ("gradings", {"items": ["x"]}, "'items' must be a non-empty list"),
         ("gradings", {"items": [{"taskId": "t", "completion": "c"}], "answers": 1}, "unknown fields ['answers']"),
+        ("gradings", {"items": [{"taskId": "t", "completion": "c"}], "phase": "Evaluating"}, "phase must be one of"),
+        ("gradings", {"items": [{"taskId": "t", "completion": "c"}], "phase": None}, "got None"),
+        ("gradings", {"items": [{"taskId": "t", "completion": "c"}], "phase": "baseline"}, "'Baseline'"),
         ("events", {}, "an event needs at least one of"),
         ("events", {"stage": "Cooking"}, "stage must be one of"),
         ("events", {"step": -1}, "step must be a whole number >= 0"),

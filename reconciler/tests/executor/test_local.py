@@ -7,6 +7,7 @@ assertion depends on how fast the host is.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -44,6 +45,7 @@ def _true_answer(prompt: str) -> int:
 
 def test_a_job_goes_from_pending_through_its_stages_to_succeeded_with_verified_outputs(jobs: Any) -> None:
     spec = jobs.spec(parameters={"steps": 4, "sleepS": 0.2})
+    spec = dataclasses.replace(spec, params={**spec.params, "evaluation": {"minComparisonTasks": 8}})
     files = jobs.launch(spec)
     seen: list[str] = []
 
@@ -63,9 +65,18 @@ def test_a_job_goes_from_pending_through_its_stages_to_succeeded_with_verified_o
     stages = [e["stage"] for e in events if "stage" in e]
     assert stages == ["Baseline", "Training", "Training", "Training", "Training", "Evaluating", "Exporting"]
     assert status["step"] == 4 and status["totalSteps"] == 4 and "reward" in status["metrics"]
-    assert set(status["summary"]) == {"baselinePassRate", "finalPassRate"}
-    # The echo trainer answers every other task right: the grader really graded.
-    assert 0 < status["summary"]["baselinePassRate"] < 1
+    # The summary is the platform's, from its own gradings; of the trainer's keys only its own one is kept.
+    summary = status["summary"]
+    assert set(summary) == {"baselinePassRate", "finalPassRate", "baseline", "final", "comparison", "echoBaseline"}
+    # The echo trainer answers every other task right, before and after: the grader really graded.
+    assert summary["baseline"] == summary["final"] and summary["baseline"]["tasks"] == 8
+    assert summary["baseline"]["scored"] == 8 and 0 < summary["baseline"]["passed"] < 8
+    assert summary["baselinePassRate"] == summary["finalPassRate"] == summary["baseline"]["passed"] / 8
+    assert summary["comparison"] == {"comparable": True, "changePoints": 0.0, "tasks": 8}
+    assert status["diagnostics"] == {"rewardSignal": {"groups": 0, "flatGroups": 0}}  # one completion per task
+    records = [json.loads(line) for line in files.gradings_log.read_text().splitlines()]
+    assert [r["phase"] for r in records] == ["Baseline"] * 8 + ["Training"] * 16 + ["Evaluation"] * 8
+    assert [r["request"] for r in records] == [1] * 8 + [n for n in (2, 3, 4, 5) for _ in range(4)] + [6] * 8
 
     manifest = json.loads(files.outputs_manifest.read_text())
     assert sorted(manifest["files"]) == ["adapter/weights.bin", "results.json"] == status["outputs"]

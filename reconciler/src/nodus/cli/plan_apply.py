@@ -5,6 +5,9 @@ observed state from the project's store (`nodus.reconciler.project`), plan with 
 (`nodus.reconciler.planning`) and apply with `nodus.reconciler.apply`.
 
 Exit codes of `nodus plan`: 0 no changes, 2 changes, 1 an error (as `terraform plan -detailed-exitcode`).
+A TrainingJob that apply would refuse (a parameter typo, a missing runtime, a lowered cap) is an error of the
+plan too: one line per problem naming the file, the job and the field, and nothing is shown as planned.
+Managed runtimes (`runtime: nodus/grpo-lora`) join the files' resources (`nodus.reconciler.planning.managed`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 import click
 
 from nodus.cli.console import err_line, line
-from nodus.errors import ConfigError
+from nodus.errors import ConfigError, SpecError
 from nodus.reconciler.planning.desired import Desired, desired_from
 from nodus.reconciler.planning.diff import Plan, plan
 from nodus.reconciler.planning.render import render_json, render_markdown, render_table
@@ -35,7 +38,9 @@ def read_desired(path: Path) -> list[Desired]:
     result.raise_for_errors()
     if not result.resources:
         raise ConfigError(f"{path}: no nodus resources found", hint="point PATH at your spec files or folder")
-    return desired_from(result.resources)
+    from nodus.reconciler.planning.managed import with_managed_runtimes
+
+    return with_managed_runtimes(desired_from(result.resources))
 
 
 def _make_plan(desired: list[Desired], store: StateStore, *, prune: bool, refresh_only: bool) -> Plan:
@@ -62,6 +67,7 @@ def plan_command(
 
         refresh(project, store)
         result = _make_plan(desired, store, prune=prune, refresh_only=refresh_only)
+        _refuse_what_apply_would(result, store)
     finally:
         store.close()
     sys.stdout.write(RENDERERS[output](result).rstrip("\n") + "\n")
@@ -69,6 +75,15 @@ def plan_command(
         out_file.write_text(result.to_json(), encoding="utf-8")
         err_line(f"saved to {out_file}: apply it exactly with `nodus apply {out_file}`", dim=True)
     sys.exit(result.exit_code)
+
+
+def _refuse_what_apply_would(made: Plan, store: StateStore) -> None:
+    """The admission apply runs first, run at plan time: a typo fails the plan, not only the apply."""
+    from nodus.reconciler.apply import operations_of, refusals
+
+    problems = [refusal.plan_line() for refusal in refusals(operations_of(made.actions), store)]
+    if problems:
+        raise SpecError(problems, hint="nothing was planned; fix the specs and plan again")
 
 
 @click.command("apply")

@@ -18,6 +18,7 @@ from nodus.errors import ConfigError
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey, ResourceRecord, StateStore
 from nodus.reconciler.views import columns, jsonpath
+from nodus.reconciler.views import results as results_view
 
 _OUTPUT = click.STRING
 
@@ -157,6 +158,10 @@ def describe(target: str, name: str | None, namespace: str | None, state: str | 
         line(_indent(yaml.safe_dump(record.spec.get("spec", {}), sort_keys=False)))
         line("Status:")
         line(_indent(yaml.safe_dump(record.status or {"phase": "Unknown"}, sort_keys=False)))
+        results = results_view.result_lines(record.status or {})
+        if results:
+            line("Results:")
+            line(_indent("\n".join(results)))
         events = store.events(record.key)
         line("Events:" if events else "Events:      <none>")
         for event in events:

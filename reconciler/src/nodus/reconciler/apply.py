@@ -168,28 +168,58 @@ def apply_operations(
     return result
 
 
-def _admit_all(operations: Iterable[Operation], store: StateStore) -> None:
-    """Refuse the whole apply if any TrainingJob it writes would not be admitted (nothing written yet)."""
+@dataclass(frozen=True)
+class Refusal:
+    """Why a TrainingJob of a plan would not be admitted: `message` starts with the field it is about."""
+
+    operation: Operation
+    reason: str
+    """The admission reason (InvalidParameters, RuntimeNotFound, ...); empty for a lowered cap."""
+    message: str
+
+    def line(self) -> str:
+        """As apply prints it: `file:line: TrainingJob/NAME: Reason: field: what is wrong`."""
+        where = f"{self.operation.source}: " if self.operation.source else ""
+        reason = f"{self.reason}: " if self.reason else ""
+        return f"{where}TrainingJob/{self.operation.key.name}: {reason}{self.message}"
+
+    def plan_line(self) -> str:
+        """As `nodus plan` prints it: `file: TrainingJob/NAME: field: what is wrong`."""
+        source = self.operation.source
+        where = f"{source.rsplit(':', 1)[0]}: " if source else ""
+        return f"{where}TrainingJob/{self.operation.key.name}: {self.message}"
+
+
+def refusals(operations: Sequence[Operation], store: StateStore) -> list[Refusal]:
+    """Admission of every TrainingJob that `operations` create, change or replace, against the store as
+    it would be after them (a runtime or Environment of the same plan counts): what would be refused.
+
+    Who calls it: apply, before writing anything, and `nodus plan`, so a typo fails the plan too."""
     from nodus.reconciler.controllers.admission import admit, runtime_key
 
     pending = {op.key: op.document for op in operations if op.document is not None}
-    problems: list[str] = []
+    environments = {
+        key: document
+        for key, document in [*((r.key, r.spec) for r in store.list("Environment")), *pending.items()]
+        if key.kind == "Environment" and document is not None
+    }
+    found: list[Refusal] = []
     for op in operations:
-        if op.key.kind != "TrainingJob" or op.document is None or op.action == "noop":
+        if op.key.kind != "TrainingJob" or op.document is None or op.action in ("noop", "delete"):
             continue
         runtime = _document(runtime_key(op.document), pending, store)
-        environments = {
-            key: document
-            for key, document in [*((r.key, r.spec) for r in store.list("Environment")), *pending.items()]
-            if key.kind == "Environment"
-        }
         verdict = admit(op.document, runtime, environments)
-        where = f"{op.source}: " if op.source else ""
         if not verdict.admitted:
-            problems.append(f"{where}TrainingJob/{op.key.name}: {verdict.reason}: {verdict.message}")
+            found.append(Refusal(op, verdict.reason, verdict.message))
         lowered = _lowered_cap(store, op)
         if lowered:
-            problems.append(f"{where}TrainingJob/{op.key.name}: spec.maxCostUSD: {lowered}")
+            found.append(Refusal(op, "", f"spec.maxCostUSD: {lowered}"))
+    return found
+
+
+def _admit_all(operations: Sequence[Operation], store: StateStore) -> None:
+    """Refuse the whole apply if any TrainingJob it writes would not be admitted (nothing written yet)."""
+    problems = [refusal.line() for refusal in refusals(operations, store)]
     if problems:
         raise SpecError(problems, hint="nothing was applied; fix the specs and apply again")
 

@@ -42,8 +42,15 @@ class _UnixConnection(http.client.HTTPConnection):
 class AttemptClient:
     """POSTs to `/{resource}/{name}/{endpoint}` on the job's socket."""
 
-    def __init__(self, socket_path: str, name: str, *, resource: str = "trainingjobs", timeout_s: float = 600.0,
-                 retry_for_s: float = 600.0) -> None:
+    def __init__(
+        self,
+        socket_path: str,
+        name: str,
+        *,
+        resource: str = "trainingjobs",
+        timeout_s: float = 600.0,
+        retry_for_s: float = 600.0,
+    ) -> None:
         self.socket_path = socket_path
         self.base = f"/{resource}/{name}"
         self.timeout_s = timeout_s

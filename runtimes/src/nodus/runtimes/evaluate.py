@@ -29,8 +29,11 @@ def main() -> int:
     parameters = context.parameters
     benchmarks = (context.params.get("evaluation") or {}).get("tasks") or []
     if benchmarks and not context.params.get("environment"):
-        print(f"evaluate: benchmark tasks {benchmarks} need their data sets, which this host cannot download; "
-              "evaluate on an Environment instead", flush=True)
+        print(
+            f"evaluate: benchmark tasks {benchmarks} need their data sets, which this host cannot download; "
+            "evaluate on an Environment instead",
+            flush=True,
+        )
         return 2
     test = context.api.tasks().get("test", [])
     if not test:

@@ -55,8 +55,9 @@ def run_episodes(
             items = [{"taskId": t["taskId"], "completion": r} for t, r in zip(chunk, replies, strict=True)]
             result.verdicts.extend(api.grade(items, phase))
         else:
-            result.verdicts.extend(_multi_turn(generator, chunk, api, phase, sampling, max_turns,
-                                               max_episode_tokens, count_tokens))
+            result.verdicts.extend(
+                _multi_turn(generator, chunk, api, phase, sampling, max_turns, max_episode_tokens, count_tokens)
+            )
     return result
 
 
@@ -86,7 +87,8 @@ def _multi_turn(
             final[i] = verdict
             message = verdict.get("next")
             too_long = (
-                max_episode_tokens is not None and count_tokens is not None
+                max_episode_tokens is not None
+                and count_tokens is not None
                 and count_tokens(conversations[i]) >= max_episode_tokens
             )
             if verdict.get("done", True) or message is None or turn + 1 >= max_turns or too_long:

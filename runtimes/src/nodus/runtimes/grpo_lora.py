@@ -165,7 +165,7 @@ def load_model(context: RunContext) -> tuple[Any, Any]:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     dtype = torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(context.model, dtype=dtype)
+    model: Any = AutoModelForCausalLM.from_pretrained(str(context.model), dtype=dtype)
     if torch.cuda.is_available():
         model = model.to("cuda")
     return model, tokenizer
@@ -193,7 +193,7 @@ def progress_callback(context: RunContext, total: int) -> Any:
 
     names = ("loss", "reward", "reward_std", "kl", "frac_reward_zero_std", "entropy", "learning_rate", "grad_norm")
 
-    class Progress(TrainerCallback):  # type: ignore[misc]
+    class Progress(TrainerCallback):
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
             if not logs or "train_runtime" in logs:
                 return
@@ -217,7 +217,7 @@ def _camel(name: str) -> str:
 
 def grpo_config(context: RunContext, p: Parameters) -> Any:
     import torch
-    from trl import GRPOConfig
+    from trl import GRPOConfig  # type: ignore[attr-defined]
 
     cuda = torch.cuda.is_available()
     return GRPOConfig(
@@ -252,7 +252,7 @@ def grpo_config(context: RunContext, p: Parameters) -> Any:
 def train(context: RunContext, p: Parameters, model: Any, tokenizer: Any, tasks: list[dict[str, Any]]) -> Any:
     from datasets import Dataset
     from peft import LoraConfig
-    from trl import GRPOTrainer
+    from trl import GRPOTrainer  # type: ignore[attr-defined]
 
     rows = [{"prompt": as_messages(t["prompt"]), "task_id": t["taskId"]} for t in tasks]
     lora = LoraConfig(

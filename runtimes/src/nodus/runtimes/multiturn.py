@@ -35,7 +35,11 @@ def make_rollout(context: RunContext, p: Any, task_ids: dict[str, str]) -> Any:
         model = trainer.model
         episodes = [(prompt, g) for prompt in prompts for g in range(p.group_size)]
         out: dict[str, list[Any]] = {
-            "prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [], "episode_reward": []
+            "prompt_ids": [],
+            "completion_ids": [],
+            "logprobs": [],
+            "env_mask": [],
+            "episode_reward": [],
         }
         for prompt, _ in episodes:
             messages = list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
@@ -80,7 +84,9 @@ def make_rollout(context: RunContext, p: Any, task_ids: dict[str, str]) -> Any:
                     break
                 # The environment's message as the chat template renders a user turn after the reply.
                 follow = tokenizer.apply_chat_template(
-                    [{"role": "user", "content": str(message)}], tokenize=False, add_generation_prompt=True,
+                    [{"role": "user", "content": str(message)}],
+                    tokenize=False,
+                    add_generation_prompt=True,
                     enable_thinking=False,
                 )
                 env_ids = tokenizer(str(follow), add_special_tokens=False)["input_ids"]

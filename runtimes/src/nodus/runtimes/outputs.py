@@ -49,7 +49,7 @@ def model_digest(folder: Path) -> str:
 
 def provenance(context: RunContext) -> dict[str, Any]:
     params = context.params
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in LIBRARIES:
         try:
             versions[name] = metadata.version(name)
@@ -100,8 +100,10 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
     rewards = [r.get("reward", float("nan")) for r in rows]
     reward_axis.plot(steps, rewards, color="tab:green", alpha=0.4, label="mean reward per step")
     window = max(1, len(rows) // 10)
-    smooth = [sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1])
-              for i in range(len(rewards))]
+    smooth = [
+        sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1])
+        for i in range(len(rewards))
+    ]
     reward_axis.plot(steps, smooth, color="tab:green", label=f"moving mean ({window} steps)")
     reward_axis.legend(loc="lower right")
     reward_axis.set_ylabel("reward")

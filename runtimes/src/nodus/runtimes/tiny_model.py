@@ -126,7 +126,7 @@ def train_tokenizer(texts: list[str], recipe: Recipe) -> Any:
     tokenizer.train_from_iterator(texts, trainer=trainer)
     from transformers import PreTrainedTokenizerFast
 
-    fast = PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tokenizer,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
@@ -139,7 +139,9 @@ def train_tokenizer(texts: list[str], recipe: Recipe) -> Any:
 
 
 def chat_prompt(tokenizer: Any, prompt: str) -> str:
-    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+    )
     return str(text)
 
 

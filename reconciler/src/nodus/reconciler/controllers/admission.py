@@ -7,15 +7,20 @@ What it decides, in the seeds' words: the runtime exists; the runtime can run th
 Environment-backed run names an Environment that exists at that version and a runtime that fetches tasks
 through the attempt API (`spec.environmentTasks: AttemptAPI`; "older runtimes are rejected before GPU
 acquisition"); parameters are merged over the runtime's defaults and checked against its JSON Schema, and a
-typo such as `learning_rate` is rejected with the field path; the model is the job's or the runtime's
-default, pinned to a 40-character revision.
+typo such as `learning_rate` is rejected with the field path (and "did you mean 'learningRate'?" when the
+schema has a name close to it); the model is the job's or the runtime's default, pinned to a 40-character
+revision. Every refusal's message starts with the field it is about (`spec.runtime: ...`), which `field`
+holds too, so `nodus plan` and `apply` can print one located line per problem.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import dataclasses
+import difflib
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey
@@ -30,7 +35,10 @@ class Admission:
     admitted: bool
     reason: str = ""
     message: str = ""
-    parameters: JSONObject = field(default_factory=dict)
+    """`<field>: <what is wrong>`."""
+    field: str = ""
+    """The field the refusal is about, e.g. `spec.parameters.learning_rate`."""
+    parameters: JSONObject = dataclasses.field(default_factory=dict)
     runtime: ResourceKey | None = None
     environment: ResourceKey | None = None
     model: JSONObject | None = None
@@ -75,45 +83,48 @@ def admit(job: JSONObject, runtime: JSONObject | None, environments: Mapping[Res
     spec = job["spec"]
     key = runtime_key(job)
     if runtime is None:
-        return Admission(False, "RuntimeNotFound", f"TrainingRuntime {key.project}/{key.name} does not exist")
+        return _refused("RuntimeNotFound", "spec.runtime", f"TrainingRuntime {key.project}/{key.name} does not exist")
     runtime_spec = runtime["spec"]
     mode = spec.get("mode", "Train")
     if mode not in runtime_spec.get("modes", ["Train"]):
-        return Admission(False, "ModeNotSupported", f"runtime {key.name} does not support mode {mode}", runtime=key)
+        return _refused("ModeNotSupported", "spec.mode", f"runtime {key.name} does not support mode {mode}", key)
     env_key: ResourceKey | None = None
     reference = environment_ref(job)
     if reference is not None:
         env_key, version = reference
         found = environments.get(env_key)
         if found is None:
-            return Admission(
-                False, "EnvironmentNotFound", f"Environment {env_key.project}/{env_key.name} does not exist"
-            )
+            detail = f"Environment {env_key.project}/{env_key.name} does not exist"
+            return _refused("EnvironmentNotFound", "spec.environment.name", detail, key)
         if found["spec"].get("version") != version:
-            return Admission(
-                False,
-                "EnvironmentVersionNotFound",
-                f"Environment {env_key.name} is at version {found['spec'].get('version')}, not {version}",
-            )
+            detail = f"Environment {env_key.name} is at version {found['spec'].get('version')}, not {version}"
+            return _refused("EnvironmentVersionNotFound", "spec.environment.name", detail, key)
         if runtime_spec.get("environmentTasks") != "AttemptAPI":
-            return Admission(
-                False,
-                "RuntimeLacksAttemptAPI",
+            detail = (
                 f"runtime {key.name} does not fetch Environment tasks through the attempt API "
-                "(spec.environmentTasks: AttemptAPI)",
+                "(spec.environmentTasks: AttemptAPI)"
             )
+            return _refused("RuntimeLacksAttemptAPI", "spec.runtime", detail, key)
     parameters = merge(runtime_spec.get("defaults") or {}, spec.get("parameters") or {})
     problem = _schema_problem(runtime_spec.get("parameterSchema") or {"type": "object"}, parameters)
     if problem is not None:
-        return Admission(False, "InvalidParameters", problem, runtime=key, environment=env_key)
+        path, detail = problem
+        return _refused("InvalidParameters", path, detail, key, environment=env_key)
     model = spec.get("model") or runtime_spec.get("defaultModel")
     if model and model.get("uri") and "@" not in str(model["uri"]):
-        return Admission(False, "ModelNotPinned", f"spec.model.uri {model['uri']} names no 40-character revision")
+        where = "spec.model.uri" if spec.get("model") else f"runtime {key.name}: spec.defaultModel.uri"
+        return _refused("ModelNotPinned", where, f"{model['uri']} names no 40-character revision", key)
     return Admission(True, parameters=parameters, runtime=key, environment=env_key, model=model)
 
 
-def _schema_problem(schema: JSONObject, parameters: JSONObject) -> str | None:
-    """The first schema violation as `spec.parameters.<path>: <message>`, or None."""
+def _refused(
+    reason: str, path: str, detail: str, runtime: ResourceKey | None = None, *, environment: ResourceKey | None = None
+) -> Admission:
+    return Admission(False, reason, f"{path}: {detail}", field=path, runtime=runtime, environment=environment)
+
+
+def _schema_problem(schema: JSONObject, parameters: JSONObject) -> tuple[str, str] | None:
+    """The first schema violation as (`spec.parameters.<path>`, what is wrong), or None."""
     import jsonschema
 
     validator = jsonschema.Draft202012Validator(schema)
@@ -121,9 +132,28 @@ def _schema_problem(schema: JSONObject, parameters: JSONObject) -> str | None:
     if error is None:
         return None
     path = ".".join(["spec.parameters", *(str(part) for part in error.absolute_path)])
-    if error.validator == "additionalProperties":
-        # jsonschema names the unexpected keys only in its message; put the first one in the path.
-        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+    if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
+        # jsonschema names the unexpected keys only in its message; put the first one in the path. The
+        # names this level of the schema allows are the candidates for "did you mean".
+        known = [str(name) for name in error.schema.get("properties", {})]
+        extra = sorted(set(error.instance) - set(known))
         if extra:
-            return f"{path}.{extra[0]}: unknown parameter (the runtime's schema does not allow it)"
-    return f"{path}: {error.message}"
+            suggestion = suggest(str(extra[0]), known)
+            if suggestion is not None:
+                return f"{path}.{extra[0]}", f"unknown parameter; did you mean {suggestion!r}?"
+            return f"{path}.{extra[0]}", "unknown parameter (the runtime's schema does not allow it)"
+    return path, error.message
+
+
+def suggest(name: str, known: Collection[str]) -> str | None:
+    """The allowed name `name` was probably meant to be: its camelCase spelling (parameters are camelCase,
+    Python habits write snake_case), the same name in other capitals, else the closest one if close."""
+    camel = re.sub(r"[_-]+([a-zA-Z0-9])", lambda match: match.group(1).upper(), name.strip("_-"))
+    if camel in known:
+        return camel
+    folded = {candidate.lower(): candidate for candidate in known}
+    for spelling in (name.lower(), camel.lower(), name.replace("_", "").replace("-", "").lower()):
+        if spelling in folded:
+            return folded[spelling]
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return close[0] if close else None

@@ -6,7 +6,9 @@ and `nodus.reconciler.refresh`, which copies the running job's status back into 
 A TrainingJob compiles into a local-executor `JobSpec`: the runtime's command and env, the merged and
 schema-checked parameters (written to `NODUS_INPUT_PARAMS/params.json` as the seeds' "Bring your own
 runtime" table describes), the Environment to serve tasks and gradings from through the attempt API, the
-host's price and the job's cap. Launches are recorded under `<key>/gen<generation>/attempt1` before the
+host's price and the job's cap. params.json also says what ran: the runtime (name, digest of its document,
+whether it is managed, its image), the Environment's version and image, and the pinned model, which the
+trainers copy into provenance.json. Launches are recorded under `<key>/gen<generation>/attempt1` before the
 executor is asked, and the executor starts nothing twice, so repeated or interrupted applies launch once.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -23,12 +26,14 @@ from nodus.reconciler.controllers.admission import Admission, admit, runtime_key
 from nodus.reconciler.executor.job import EnvironmentSpec, JobSpec
 from nodus.reconciler.executor.local import LocalExecutor
 from nodus.reconciler.project import Project
-from nodus.reconciler.state.records import JSONObject, Launch, ResourceKey, ResourceRecord, StateStore
+from nodus.reconciler.state.records import JSONObject, Launch, ResourceKey, ResourceRecord, StateStore, spec_hash
 
 PRICE_VARIABLE = "NODUS_LOCAL_PRICE_PER_HOUR"
 """US dollars per hour this machine costs (default 0: your own machine); cost = running time x price."""
 INTERVAL_VARIABLE = "NODUS_ACCOUNTING_INTERVAL"
 """Seconds between cost accounting steps of the local executor (default 10)."""
+HOST_PYTHONS = frozenset({"python", "python3"})
+DEFAULT_EVALUATION = {"baseline": True, "final": True, "minComparisonTasks": 16}
 
 
 def executor(project: Project) -> LocalExecutor:
@@ -178,15 +183,22 @@ def compile_job(
         "mode": spec.get("mode", "Train"),
         "parameters": verdict.parameters,
         "data": spec.get("data"),
-        "environment": spec.get("environment"),
-        "evaluation": spec.get("evaluation") or {"baseline": True, "final": True},
+        "environment": _environment_params(spec.get("environment"), environment),
+        "evaluation": {**DEFAULT_EVALUATION, **(spec.get("evaluation") or {})},
         "trainingJob": record.key.name,
         "modelRevision": (verdict.model or {}).get("uri"),
+        "runtime": {
+            "name": f"{runtime.key.project}/{runtime.key.name}",
+            # The document as applied (normalised, canonical JSON): a changed schema or default is a new digest.
+            "digest": spec_hash(runtime.spec),
+            "managed": bool(runtime_spec.get("managed")),
+            "image": runtime_spec.get("image"),
+        },
     }
     return JobSpec(
         name=record.key.name,
         project=record.key.project,
-        command=tuple(str(part) for part in runtime_spec["command"]),
+        command=host_command(runtime_spec),
         kind="TrainingJob",
         generation=launch_generation(record),
         attempt=1,
@@ -197,6 +209,33 @@ def compile_job(
         max_cost_usd=spec.get("maxCostUSD"),
         accounting_interval_s=float(os.environ.get(INTERVAL_VARIABLE, "10")),
     )
+
+
+def host_command(runtime_spec: JSONObject) -> tuple[str, ...]:
+    """The runtime's command as this host runs it.
+
+    A runtime without an image runs on the host, where `python` on PATH can be any interpreter: the system
+    one, or another virtual environment's, neither with torch and the trainers. The managed runtimes' trainers
+    are installed with nodus (nodus-runtimes), so the interpreter nodus itself runs in is the one that has
+    them; `python` and `python3` mean that one. An image's command is the image's business and stays as it is.
+    """
+    command = [str(part) for part in runtime_spec["command"]]
+    if not runtime_spec.get("image") and command[0] in HOST_PYTHONS:
+        command[0] = sys.executable
+    return tuple(command)
+
+
+def _environment_params(tasks: JSONObject | None, environment: ResourceRecord | None) -> JSONObject | None:
+    """params.json's `environment`: the job's tasks block plus the Environment's version and grader image."""
+    if tasks is None and environment is None:
+        return None
+    out: JSONObject = dict(tasks or {})
+    if environment is not None:
+        out["version"] = environment.spec["spec"]["version"]
+        # The image the graders run (its id as podman has it), else the built image's digest, else none
+        # (graders from the package folder).
+        out["image"] = environment.status.get("graderImageId") or environment.status.get("image")
+    return out
 
 
 def manifest_folder(project: Project, environment: ResourceRecord) -> Path:
@@ -242,7 +281,7 @@ def job_status(jobs: LocalExecutor, record: ResourceRecord) -> JSONObject:
         return {"phase": "Pending"}
     raw = jobs.status(record.key.project, record.key.name)
     status: dict[str, Any] = {"phase": raw.get("phase", "Pending")}
-    for name in ("reason", "message", "stage", "step", "totalSteps", "metrics", "summary", "attempt"):
+    for name in ("reason", "message", "stage", "step", "totalSteps", "metrics", "summary", "diagnostics", "attempt"):
         if raw.get(name) not in (None, "", {}):
             status[name] = raw[name]
     if raw.get("costUSD") is not None:

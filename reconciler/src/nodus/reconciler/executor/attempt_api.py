@@ -5,7 +5,8 @@ it runs; trainers (the runtimes, the test runtime) are its clients. HTTP/1.1, JS
 
     POST /trainingjobs/{name}/tasks      -> {"files": {"train.jsonl": "...", "test.jsonl": "..."}}
                                             one {"taskId", "prompt", "metadata"} per line, never an answer
-    POST /trainingjobs/{name}/gradings   {"items": [{"taskId", "completion"} | {"taskId", "turns"}, ...]}
+    POST /trainingjobs/{name}/gradings   {"items": [{"taskId", "completion"} | {"taskId", "turns"}, ...],
+                                          "phase"?: "Baseline" | "Training" | "Evaluation"}  (Training if left out)
                                          -> {"verdicts": [{"taskId", "verdict", "reward", "evidence"}, ...]}
                                             (the evidence without the sandbox's argv, which names host folders)
     POST /trainingjobs/{name}/events     {"stage"?, "step"?, "totalSteps"?, "metrics"?, "summary"?, "message"?}
@@ -13,7 +14,9 @@ it runs; trainers (the runtimes, the test runtime) are its clients. HTTP/1.1, JS
 
 (`/jobs/{name}/...` is the same for a plain Job.) Errors are `{"error": "..."}` with 400 (bad body), 404
 (unknown path or another job's name), 405, 409 (no environment), 411, 413, 500 or 503 (grading failed,
-retry after `Retry-After`). `AttemptAPI.handle` is the whole behaviour without sockets; `AttemptServer`
+retry after `Retry-After`). The `phase` of a gradings request goes with each verdict to `on_verdicts`: the
+supervisor computes the run's summary (baseline and final pass rates) from those records, never from what the
+trainer reports. `AttemptAPI.handle` is the whole behaviour without sockets; `AttemptServer`
 puts it on the socket, logs every request with its byte sizes to `logs/attempt.log` and, when asked,
 every body that crossed the socket to `logs/attempt-wire.jsonl`.
 """
@@ -41,6 +44,7 @@ from nodus.errors import ConfigError, NodusError, TemporaryError
 
 from ..grading import GradingService
 from .job import EnvironmentSpec, append_jsonl, write_text_atomic
+from .summary import DEFAULT_PHASE, PHASES
 
 STAGES: Final = ("Baseline", "Training", "Evaluating", "Exporting")
 TASK_FIELDS: Final = ("taskId", "prompt", "metadata")
@@ -74,8 +78,9 @@ class AttemptAPI:
     """The attempt API of one job, without the transport: `handle(method, path, body) -> Reply`.
 
     `on_event` receives each checked progress report (the supervisor merges it into status.json);
-    `on_verdicts` the verdicts of each grading with the host's whole evidence (the supervisor keeps them in
-    logs/gradings.jsonl); `log` gets one line for anything worth noting that is not a request.
+    `on_verdicts` the verdicts of each grading with the host's whole evidence and the request's `phase` (the
+    supervisor keeps them in logs/gradings.jsonl); `log` gets one line for anything worth noting that is not
+    a request.
     """
 
     def __init__(
@@ -182,14 +187,19 @@ class AttemptAPI:
     def _grade(self, payload: dict[str, Any]) -> Reply:
         environment = self._environment()
         items = payload.get("items")
-        if set(payload) - {"items"}:
-            raise _RequestError(HTTPStatus.BAD_REQUEST, f"unknown fields {sorted(set(payload) - {'items'})}")
+        unknown = sorted(set(payload) - {"items", "phase"})
+        if unknown:
+            raise _RequestError(HTTPStatus.BAD_REQUEST, f"unknown fields {unknown}; known: ['items', 'phase']")
         if not isinstance(items, list) or not items or not all(isinstance(item, dict) for item in items):
             raise _RequestError(HTTPStatus.BAD_REQUEST, "'items' must be a non-empty list of {taskId, completion}")
         if len(items) > MAX_ITEMS:
             raise _RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"at most {MAX_ITEMS} items per request")
+        # Checked before any grader runs: a request the summary could not place is refused, not graded.
+        phase = payload.get("phase", DEFAULT_PHASE)
+        if phase not in PHASES:
+            raise _RequestError(HTTPStatus.BAD_REQUEST, f"phase must be one of {list(PHASES)}, got {phase!r}")
         verdicts = [verdict.to_json() for verdict in self.grading.grade(self.grading_job, environment.ref(), items)]
-        self.on_verdicts(verdicts)
+        self.on_verdicts([{**verdict, "phase": phase} for verdict in verdicts])
         return Reply(HTTPStatus.OK, {"verdicts": [for_trainer(verdict) for verdict in verdicts]})
 
     def _event(self, payload: dict[str, Any]) -> Reply:

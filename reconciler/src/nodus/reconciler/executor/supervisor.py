@@ -15,7 +15,11 @@ session with its output in `logs/supervisor.log`). It
   Suspended (MaxCostReached), so the cost recorded never passes the cap by more than one interval,
 - takes requests from the executor as files in the job folder (`cancel`, `suspend`),
 - on the trainer's exit records Succeeded (with `outputs.json`: sha256 and size per output file) or Failed
-  (TrainerFailed with the log's last lines).
+  (TrainerFailed with the log's last lines),
+- keeps every verdict in `logs/gradings.jsonl` (with the request's `phase` and a `request` number) and, after
+  every grading and at the end, the run's `summary` (baseline and final pass rates, their comparison) and
+  `diagnostics` (the training reward signal) in status.json, computed by `summary.py` from those records.
+  The trainer never grades itself: summary keys it reports that the platform owns are dropped.
 
 The trainer's environment (the runtime contract, DESIGN.md section 7):
 
@@ -78,6 +82,7 @@ from .job import (
     usd,
     write_json,
 )
+from .summary import DEFAULT_MIN_COMPARISON_TASKS, PLATFORM_SUMMARY_KEYS, GradingTally
 
 TICK_S: Final = 0.05
 """How often the supervisor looks at the trainer and the request files."""
@@ -145,6 +150,15 @@ class StatusWriter:
             write_json(self.files.status, self._status)
             append_jsonl(self.files.events_log, record)
 
+    def platform_summary(self, summary: dict[str, Any], diagnostics: dict[str, Any]) -> None:
+        """The platform's summary keys replace their old values; the trainer's other summary keys stay."""
+        with self._lock:
+            trainer = {k: v for k, v in self._status.get("summary", {}).items() if k not in PLATFORM_SUMMARY_KEYS}
+            self._status["summary"] = {**summary, **trainer}
+            if diagnostics:
+                self._status["diagnostics"] = diagnostics
+            write_json(self.files.status, self._status)
+
 
 class Supervisor:
     """Runs one session of a job: from start (or resume, or restart) to the trainer's end or a stop."""
@@ -165,6 +179,11 @@ class Supervisor:
         self._trainer_ended: float | None = None
         self._grace = spec.stop_grace_s
         self._log_offset = 0
+        self._tally = read_tally(files.gradings_log)
+        _end_partial_line(files.gradings_log)
+        self._requests = self._tally.last_request
+        self._min_comparison_tasks = min_comparison_tasks(spec.params)
+        self._dropped_summary_keys = False
 
     # --- the session -------------------------------------------------------------------------------
 
@@ -209,7 +228,7 @@ class Supervisor:
             environment=self.spec.environment,
             grading=grading,
             grading_job=self.grading_job,
-            on_event=self.status.progress,
+            on_event=self._progress,
             on_verdicts=self._record_verdicts,
             log=lambda line: print(line, file=sys.stderr, flush=True),
         )
@@ -382,9 +401,37 @@ class Supervisor:
         return None
 
     def _record_verdicts(self, verdicts: list[dict[str, Any]]) -> None:
-        """Every verdict with the host's whole evidence, as graded (the trainer gets it without the argv)."""
-        with self._gradings_lock, self.files.gradings_log.open("a", encoding="utf-8") as out:
-            out.writelines(json.dumps(v, ensure_ascii=False, separators=(",", ":")) + "\n" for v in verdicts)
+        """Every verdict with the host's whole evidence, as graded (the trainer gets it without the argv),
+        numbered by request (completions of one task in one request are a group), then the summary again."""
+        with self._gradings_lock:
+            self._requests += 1
+            records = [{**verdict, "request": self._requests} for verdict in verdicts]
+            with self.files.gradings_log.open("a", encoding="utf-8") as out:
+                out.writelines(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in records)
+            for record in records:
+                self._tally.add(record)
+            self._publish_summary()
+
+    def _publish_summary(self) -> None:
+        """status.json's summary and diagnostics from the tally (the caller holds the gradings lock)."""
+        if self._tally.records:
+            self.status.platform_summary(self._tally.summary(self._min_comparison_tasks), self._tally.diagnostics())
+
+    def _progress(self, report: dict[str, Any]) -> None:
+        """A trainer's progress report, less the summary keys the platform owns (said once in the log)."""
+        summary = report.get("summary")
+        if isinstance(summary, dict) and PLATFORM_SUMMARY_KEYS & summary.keys():
+            dropped = sorted(PLATFORM_SUMMARY_KEYS & summary.keys())
+            report = {**report, "summary": {k: v for k, v in summary.items() if k not in PLATFORM_SUMMARY_KEYS}}
+            if not self._dropped_summary_keys:
+                self._dropped_summary_keys = True
+                print(
+                    f"ignored the trainer's summary keys {dropped} (and any later ones the platform owns): "
+                    "nodus computes them from its own gradings",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        self.status.progress(report)
 
     def _heartbeat(self) -> None:
         # Its own thread: stopping a trainer can take the main loop `stopGraceS`, and a supervisor that is
@@ -399,6 +446,8 @@ class Supervisor:
         self.status.event("GradersClosed", {"graders": graders})
 
     def _finish(self, outcome: Outcome) -> None:
+        with self._gradings_lock:
+            self._publish_summary()  # the last word on the summary is the platform's, whatever came after
         session = self._session_cost()
         cost = self.base_cost + session
         now = time.time()
@@ -425,6 +474,42 @@ class Supervisor:
             fields["finishedAt"] = now
         details = {"message": outcome.message, "costUSD": usd(cost)}
         self.status.event(outcome.reason, details, update=fields, durable=True)
+
+
+def read_tally(path: Path) -> GradingTally:
+    """The tally of a job's whole gradings log (a restarted supervisor goes on from it).
+
+    A line a killed supervisor left half-written is skipped: it was never answered, so no trainer saw it.
+    """
+    tally = GradingTally()
+    with contextlib.suppress(FileNotFoundError), path.open(encoding="utf-8") as log:
+        for line in log:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                tally.add(record)
+    return tally
+
+
+def _end_partial_line(path: Path) -> None:
+    """End a line a killed supervisor left half-written, so the next record starts a line of its own."""
+    with contextlib.suppress(FileNotFoundError), path.open("rb+") as log:
+        if log.seek(0, os.SEEK_END) == 0:
+            return
+        log.seek(-1, os.SEEK_END)
+        if log.read(1) != b"\n":
+            log.write(b"\n")
+
+
+def min_comparison_tasks(params: Mapping[str, Any]) -> int:
+    """`evaluation.minComparisonTasks` of the job's params.json (the seeds' default when it has none)."""
+    evaluation = params.get("evaluation")
+    value = evaluation.get("minComparisonTasks") if isinstance(evaluation, Mapping) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    return DEFAULT_MIN_COMPARISON_TASKS
 
 
 def _kill_group(pgid: int, sig: signal.Signals) -> None:

@@ -1,0 +1,56 @@
+"""A TrainingJob's results in words: baseline and final pass rates, their comparison and the reward signal.
+
+Who calls it: `nodus describe tj/NAME`, which prints these lines under `Results:` (the raw fields stay in the
+status YAML above them). They read `status.summary` and `status.diagnostics`, which the job's supervisor
+computes from the platform's own gradings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def result_lines(status: Mapping[str, Any]) -> list[str]:
+    """The lines to print (without indentation); none when the job has no summary yet."""
+    summary = status.get("summary")
+    diagnostics = status.get("diagnostics")
+    lines: list[str] = []
+    if isinstance(summary, Mapping):
+        for title, rate, side in (
+            ("Baseline:", "baselinePassRate", "baseline"),
+            ("Final:", "finalPassRate", "final"),
+        ):
+            text = _side(summary.get(rate), summary.get(side))
+            if text:
+                lines.append(f"{title:<15}{text}")
+        comparison = summary.get("comparison")
+        if isinstance(comparison, Mapping):
+            lines.append(f"{'Change:':<15}{_comparison(comparison)}")
+    signal = diagnostics.get("rewardSignal") if isinstance(diagnostics, Mapping) else None
+    if isinstance(signal, Mapping):
+        groups, flat = signal.get("groups", 0), signal.get("flatGroups", 0)
+        lines.append(f"{'Reward signal:':<15}{flat} of {groups} training groups had the same reward throughout")
+        if signal.get("warning"):
+            lines.append(f"{'Warning:':<15}{signal['warning']}")
+    return lines
+
+
+def _side(rate: Any, counts: Any) -> str:
+    if rate is None and not isinstance(counts, Mapping):
+        return ""
+    text = f"{float(rate) * 100:.1f}%" if isinstance(rate, int | float) else "-"
+    if isinstance(counts, Mapping):
+        text += f" ({counts.get('passed', 0)}/{counts.get('scored', 0)} scored tasks passed"
+        unscored = counts.get("unscored", 0)
+        text += f", {unscored} unscored)" if unscored else ")"
+    return text
+
+
+def _comparison(comparison: Mapping[str, Any]) -> str:
+    if comparison.get("comparable"):
+        points = float(comparison.get("changePoints", 0.0))
+        return f"{points:+.1f} percentage points on {comparison.get('tasks')} tasks scored before and after"
+    reason = comparison.get("reason", "Unknown")
+    message = comparison.get("message")
+    return f"not comparable ({reason})" + (f": {message}" if message else "")

@@ -1,0 +1,131 @@
+"""What a TrainingJob compiles into: the host's interpreter for a host runtime's `python`, and params.json's
+provenance (runtime name, digest, managed, image; the Environment's version and image; the pinned model);
+and the executor's status copied into the TrainingJob, diagnostics included."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodus.reconciler.controllers.admission import admit
+from nodus.reconciler.controllers.trainingjob import compile_job, host_command, job_status
+from nodus.reconciler.executor.job import write_json
+from nodus.reconciler.executor.local import LocalExecutor
+from nodus.reconciler.state.records import ResourceKey, ResourceRecord, spec_hash
+
+MODEL = "hf://Qwen/Qwen3-0.6B@c1899de289a04d12100db370d81485cdf75e47ca"
+
+
+def record(
+    kind: str, project: str, name: str, spec: dict[str, Any], status: dict[str, Any] | None = None
+) -> ResourceRecord:
+    document = {"apiVersion": "nodus.dev/v1beta1", "kind": kind, "metadata": {"name": name, "project": project}}
+    document["spec"] = spec
+    return ResourceRecord(ResourceKey(kind, project, name), document, spec_hash(document), status=status or {})
+
+
+RUNTIME = record(
+    "TrainingRuntime",
+    "nodus",
+    "grpo-lora",
+    {
+        "command": ["python", "-m", "nodus.runtimes.grpo_lora"],
+        "tasks": ["GRPO"],
+        "modes": ["Train"],
+        "environmentTasks": "AttemptAPI",
+        "managed": True,
+        "defaults": {"steps": 2},
+    },
+)
+ENVIRONMENT = record(
+    "Environment",
+    "nodus",
+    "arithmetic",
+    {"version": "2.0.0", "package": {"path": "arithmetic", "loader": "arithmetic_env"}},
+    {
+        "phase": "Ready",
+        "image": "sha256:" + "a" * 64,
+        "graderImage": "localhost/nodus-env/arithmetic:2.0.0",
+        "graderImageId": "sha256:" + "b" * 64,
+    },
+)
+JOB = record(
+    "TrainingJob",
+    "default",
+    "run",
+    {
+        "runtime": "nodus/grpo-lora",
+        "model": {"uri": MODEL},
+        "environment": {"name": "nodus/arithmetic@2.0.0", "seed": 42, "heldOutTasks": 16},
+        "evaluation": {"baseline": True, "final": True, "minComparisonTasks": 8},
+    },
+)
+
+
+def compiled(runtime: ResourceRecord = RUNTIME, job: ResourceRecord = JOB) -> Any:
+    verdict = admit(job.spec, runtime.spec, {ENVIRONMENT.key: ENVIRONMENT.spec})
+    assert verdict.admitted, verdict.message
+    return compile_job(job, verdict, runtime, ENVIRONMENT)
+
+
+def test_params_say_which_runtime_environment_and_model_ran() -> None:
+    params = compiled().params
+    assert params["runtime"] == {
+        "name": "nodus/grpo-lora",
+        "digest": spec_hash(RUNTIME.spec),
+        "managed": True,
+        "image": None,
+    }
+    assert params["runtime"]["digest"].startswith("sha256:") and len(params["runtime"]["digest"]) == 71
+    assert params["environment"] == {
+        "name": "nodus/arithmetic@2.0.0",
+        "seed": 42,
+        "heldOutTasks": 16,
+        "version": "2.0.0",
+        "image": "sha256:" + "b" * 64,
+    }
+    assert params["modelRevision"] == MODEL
+    assert params["evaluation"]["minComparisonTasks"] == 8
+
+
+def test_evaluation_defaults_carry_the_seeds_minimum() -> None:
+    job = record("TrainingJob", "default", "run", {**JOB.spec["spec"], "evaluation": None})
+    assert compiled(job=job).params["evaluation"] == {"baseline": True, "final": True, "minComparisonTasks": 16}
+
+
+def test_a_changed_runtime_document_is_a_new_digest() -> None:
+    changed = record("TrainingRuntime", "nodus", "grpo-lora", {**RUNTIME.spec["spec"], "defaults": {"steps": 3}})
+    assert compiled(changed).params["runtime"]["digest"] != compiled().params["runtime"]["digest"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "first"),
+    [
+        ({"command": ["python", "-m", "x"]}, sys.executable),
+        ({"command": ["python3", "x.py"]}, sys.executable),
+        ({"command": ["/usr/bin/python3", "x.py"]}, "/usr/bin/python3"),
+        ({"command": ["torchrun", "x.py"]}, "torchrun"),
+        ({"command": ["python", "-m", "x"], "image": "ghcr.io/a/b@sha256:" + "c" * 64}, "python"),
+    ],
+)
+def test_a_host_runtimes_python_is_the_interpreter_nodus_runs_in(spec: dict[str, Any], first: str) -> None:
+    command = host_command(spec)
+    assert command[0] == first and command[1:] == tuple(spec["command"][1:])
+
+
+def test_the_job_command_is_the_host_command() -> None:
+    assert compiled().command == (sys.executable, "-m", "nodus.runtimes.grpo_lora")
+
+
+def test_job_status_copies_summary_and_diagnostics(tmp_path: Path) -> None:
+    jobs = LocalExecutor(tmp_path / "jobs")
+    files = jobs.files("default", "run")
+    write_json(files.spec, {"name": "run", "project": "default", "command": ["true"]})
+    summary = {"comparison": {"comparable": True, "changePoints": 12.5, "tasks": 16}}
+    diagnostics = {"rewardSignal": {"groups": 4, "flatGroups": 4, "warning": "flat"}}
+    write_json(files.status, {"phase": "Running", "summary": summary, "diagnostics": diagnostics})
+    status = job_status(jobs, JOB)
+    assert status["summary"] == summary and status["diagnostics"] == diagnostics
