@@ -269,3 +269,14 @@ def test_exit_codes() -> None:
     (secret,) = _desired(SECRET)
     assert plan([secret], []).exit_code == 2
     assert plan([secret], [_stored(secret)]).exit_code == 0
+
+
+def test_what_the_sdk_created_is_never_unmanaged_nor_pruned() -> None:
+    (secret,) = _desired(SECRET)
+    document = {"metadata": {"name": "reward-0123456789", "labels": {"nodus.dev/created-by": "sdk"}}, "spec": {}}
+    sdk = ResourceRecord(ResourceKey("TrainingJob", "default", "reward-0123456789"), document, spec_hash(document))
+    other = ResourceRecord(ResourceKey("TrainingJob", "default", "by-hand"), {}, spec_hash({}))
+    kept = plan([secret], [_stored(secret), sdk, other])
+    assert kept.unmanaged == (other.key,)
+    pruned = plan([secret], [_stored(secret), sdk, other], prune=True)
+    assert [(a.type, a.key.name) for a in pruned.actions if a.type != "noop"] == [("delete", "by-hand")]

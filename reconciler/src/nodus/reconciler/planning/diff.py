@@ -241,7 +241,11 @@ def plan(
         return Plan((), observed_serial=observed_serial, refresh_only=True, observed_count=len(records))
     wanted = _by_key(desired)
     actions = [_action_for(item, records.get(key)) for key, item in wanted.items()]
-    gone = sorted(key for key, record in records.items() if key not in wanted and not record.deleting)
+    gone = sorted(
+        key
+        for key, record in records.items()
+        if key not in wanted and not record.deleting and not created_by_sdk(record)
+    )
     if prune:
         actions += [_delete(records[key]) for key in gone]
     return Plan(
@@ -251,6 +255,17 @@ def plan(
         prune=prune,
         observed_count=len(records),
     )
+
+
+CREATED_BY = "nodus.dev/created-by"
+SDK = "sdk"
+"""The label `nodus.recipes` puts on what it creates (`rl.train` Environments and TrainingJobs). Those live in
+no file of the repository, so they are neither "unmanaged" nor destroyed by `--prune`; `nodus delete` removes them."""
+
+
+def created_by_sdk(record: ResourceRecord) -> bool:
+    labels = (record.spec.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(CREATED_BY) == SDK)
 
 
 def stale_reasons(saved: Plan, observed: Iterable[ResourceRecord]) -> list[str]:

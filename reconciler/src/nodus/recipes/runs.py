@@ -1,0 +1,311 @@
+"""The handle of a run a recipe started: its status, its progress, its graded tasks and its outputs.
+
+Who calls it: users, through what `rl.train(...)`, `job.run(...)` and `rl.evaluate(...).run()` return. It reads
+what `nodus get`, `nodus logs` and `nodus cp` read: the TrainingJob's record in the project's state store
+(refreshed from the local executor first) and the job's folder, `.nodus/jobs/<project>/<name>/`:
+`logs/events.jsonl` (the trainer's progress reports), `logs/gradings.jsonl` (every verdict, with its phase) and
+`outputs/` with `outputs.json` (the sha256 of every output, checked again on download).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any, TextIO
+
+from nodus.errors import ConfigError
+from nodus.recipes.apply import Options
+from nodus.reconciler.executor.job import JobFiles, file_sha256
+from nodus.reconciler.project import Project
+from nodus.reconciler.state.records import ResourceKey
+
+ENDED = ("Succeeded", "Failed", "Cancelled", "Suspended")
+"""Phases a run stays in until someone acts (a Suspended run resumes when its cap is raised)."""
+PHASES = ("Baseline", "Training", "Evaluation")
+OUTCOMES = {"Correct": "Passed", "Incorrect": "Failed", "InvalidOutput": "Failed", "InfrastructureFailure": "Unscored"}
+METRICS = ("reward", "loss", "kl")
+
+
+def camel(name: str) -> str:
+    """`total_steps` -> `totalSteps` (a name already in camelCase is kept)."""
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+class Record(dict[str, Any]):
+    """A JSON object read with attributes, in camelCase or snake_case: `status.summary.comparison`."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        for key in (name, camel(name)):
+            if key in self:
+                return wrap(self[key])
+        raise AttributeError(f"no field {name!r} here (fields: {', '.join(sorted(self)) or 'none'})")
+
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *self})
+
+
+def wrap(value: Any) -> Any:
+    if isinstance(value, dict) and not isinstance(value, Record):
+        return Record(value)
+    if isinstance(value, list):
+        return [wrap(item) for item in value]
+    return value
+
+
+class Outputs:
+    """A run's output files, copied out only when they match the sha256 recorded when they were collected."""
+
+    def __init__(self, files: JobFiles, label: str) -> None:
+        self._files = files
+        self._label = label
+
+    def files(self) -> dict[str, Record]:
+        """`path -> {sha256, size}` of every output (empty until the run has succeeded)."""
+        try:
+            manifest = json.loads(self._files.outputs_manifest.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except ValueError as exc:
+            raise ConfigError(f"{self._files.outputs_manifest} is not JSON ({exc})") from None
+        files = manifest.get("files") if isinstance(manifest, dict) else None
+        return {str(path): Record(entry) for path, entry in (files or {}).items() if isinstance(entry, dict)}
+
+    def download(self, directory: str | Path) -> list[Path]:
+        """Copy every output under `directory` (keeping its path); each copy is checked against its sha256."""
+        recorded = self.files()
+        if not recorded and self._files.outputs_manifest.is_file():
+            raise ConfigError(f"{self._label} wrote no outputs")
+        if not recorded:
+            raise ConfigError(f"{self._label} has no outputs yet", hint="outputs are collected when the run succeeds")
+        target = Path(directory)
+        copies: list[tuple[Path, Path]] = []
+        try:
+            for relative, entry in sorted(recorded.items()):
+                copies.append((self._copy(relative, entry, target), target / relative))
+            for partial, final in copies:
+                partial.replace(final)
+        finally:
+            for partial, _ in copies:
+                with contextlib.suppress(FileNotFoundError):
+                    partial.unlink()
+        return [final for _, final in copies]
+
+    def _copy(self, relative: str, entry: Record, target: Path) -> Path:
+        """A checked copy of one output beside where it goes (renamed into place once every copy checks)."""
+        parts = PurePosixPath(relative).parts
+        if not parts or PurePosixPath(relative).is_absolute() or ".." in parts:
+            raise ConfigError(f"{self._files.outputs_manifest}: {relative!r} is not a path inside outputs/")
+        source = self._files.outputs / relative
+        if source.is_symlink() or not source.is_file():
+            raise ConfigError(f"outputs/{relative} of {self._label} is missing", hint="nothing was copied")
+        final = target / relative
+        final.parent.mkdir(parents=True, exist_ok=True)
+        partial = final.with_name(f".{final.name}.partial")
+        shutil.copyfile(source, partial)
+        if file_sha256(partial) != entry.get("sha256"):
+            partial.unlink()
+            raise ConfigError(
+                f"outputs/{relative} of {self._label} no longer matches the sha256 recorded when it was collected",
+                hint="the file changed after the run finished; nothing was copied",
+            )
+        return partial
+
+
+class Run:
+    """One TrainingJob a recipe applied, by name, in a project."""
+
+    def __init__(self, name: str, project: str, options: Options | None = None) -> None:
+        self.name = name
+        self.project = project
+        self.options = options or Options()
+        self._where = self.options.project()
+
+    def __repr__(self) -> str:
+        return f"Run({self.name!r}, project={self.project!r})"
+
+    @property
+    def key(self) -> ResourceKey:
+        return ResourceKey("TrainingJob", self.project, self.name)
+
+    @property
+    def files(self) -> JobFiles:
+        """The job's folder (the local executor's layout)."""
+        return JobFiles.of(self._where.jobs, self.project, self.name)
+
+    @property
+    def outputs(self) -> Outputs:
+        return Outputs(self.files, f"TrainingJob/{self.name}")
+
+    # --- status ------------------------------------------------------------------------------------------
+
+    def status(self) -> Record:
+        """The TrainingJob's status now (what `nodus get tj NAME -o json` shows under status)."""
+        return _status(self._where, self.key)
+
+    def wait(self, timeout: float | None = None, *, poll: float = 1.0) -> Record:
+        """Wait until the run has ended (Succeeded, Failed, Cancelled or Suspended); its status then."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self.status()
+            if status.get("phase") in ENDED:
+                return status
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"TrainingJob/{self.name} is still {status.get('phase')} after {timeout} s")
+            time.sleep(poll)
+
+    def watch(self, out: TextIO | None = None, *, poll: float = 1.0) -> Record:
+        """Print each stage as it starts, then reward, loss and KL of every step, until the run ends."""
+        stream = out or sys.stdout
+        events = _Tail(self.files.events_log)
+        shown: dict[str, Any] = {}
+        while True:
+            status = self.status()
+            _show_status(status, shown, stream)
+            for record in events.read():
+                _show_progress(record, shown, stream)
+            if status.get("phase") in ENDED:
+                for record in events.read():
+                    _show_progress(record, shown, stream)
+                _show_end(self.name, status, stream)
+                return status
+            time.sleep(poll)
+
+    # --- gradings ----------------------------------------------------------------------------------------
+
+    def tasks(self, phase: str | None = None, outcome: str | None = None) -> list[Record]:
+        """The graded tasks so far, the last verdict of each task in each phase: taskId, phase, verdict,
+        reward and outcome (Passed: Correct; Failed: Incorrect or InvalidOutput; Unscored: InfrastructureFailure)."""
+        if phase is not None and phase not in PHASES:
+            raise ConfigError(f"phase={phase!r}: a phase is one of {', '.join(PHASES)}")
+        if outcome is not None and outcome not in set(OUTCOMES.values()):
+            raise ConfigError(f"outcome={outcome!r}: an outcome is Passed, Failed or Unscored")
+        last: dict[tuple[str, str], Record] = {}
+        for record in _lines(self.files.gradings_log):
+            task, verdict = record.get("taskId"), record.get("verdict")
+            if not isinstance(task, str) or verdict not in OUTCOMES:
+                continue
+            graded = Record(
+                taskId=task,
+                phase=str(record.get("phase", "Training")),
+                verdict=verdict,
+                reward=record.get("reward"),
+                outcome=OUTCOMES[str(verdict)],
+            )
+            last.pop((graded.phase, task), None)  # the newest verdict goes to the end of the order
+            last[(graded.phase, task)] = graded
+        return [
+            graded
+            for graded in last.values()
+            if (phase is None or graded.phase == phase) and (outcome is None or graded.outcome == outcome)
+        ]
+
+
+def _status(project: Project, key: ResourceKey) -> Record:
+    from nodus.reconciler.refresh import refresh
+
+    store = project.open_state()
+    try:
+        refresh(project, store)
+        record = store.get(key)
+    finally:
+        store.close()
+    if record is None:
+        raise ConfigError(f"{key} is not in the project's state store ({project.root})")
+    return Record(record.status)
+
+
+def _lines(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a JSON-lines log (a line being written at the end is skipped)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict):
+                yield record
+
+
+class _Tail:
+    """The complete lines appended to a JSON-lines file since the last read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(self.offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return []
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        if len(complete) == 0 and self.offset and self.path.stat().st_size < self.offset:
+            self.offset = 0  # a new generation of the job started the log again
+            return self.read()
+        self.offset += len(complete)
+        records = []
+        for line in complete.decode("utf-8", errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                record = json.loads(line)
+                if isinstance(record, dict):
+                    records.append(record)
+        return records
+
+
+def _show_status(status: Record, shown: dict[str, Any], out: TextIO) -> None:
+    """A line when the run's phase (or its reason while it waits) changes, and stages the trainer does not
+    report (CachingModel while the model is imported)."""
+    phase, reason = status.get("phase"), status.get("reason")
+    waiting = reason and phase == "Pending" and reason != "Launched"  # why it waits: ModelNotCached, ...
+    text = f"{phase}" + (f" ({reason}: {status.get('message', '')})" if waiting else "")
+    if shown.get("phase") != text and phase not in ENDED:
+        shown["phase"] = text
+        print(text, file=out, flush=True)
+    stage = status.get("stage")
+    if stage == "CachingModel" and shown.get("stage") != stage:
+        shown["stage"] = stage
+        print("stage CachingModel", file=out, flush=True)
+
+
+def _show_progress(record: dict[str, Any], shown: dict[str, Any], out: TextIO) -> None:
+    if record.get("type") != "Progress":
+        return
+    stage = record.get("stage")
+    if stage and shown.get("stage") != stage:
+        shown["stage"] = stage
+        print(f"stage {stage}", file=out, flush=True)
+    metrics = record.get("metrics")
+    if record.get("step") is None or not isinstance(metrics, dict):
+        return
+    values = [f"{name} {metrics[name]:.4g}" for name in METRICS if isinstance(metrics.get(name), int | float)]
+    if not values:
+        return
+    total = record.get("totalSteps")
+    step = f"{record['step']}/{total}" if total else f"{record['step']}"
+    print(f"step {step}: " + ", ".join(values), file=out, flush=True)
+
+
+def _show_end(name: str, status: Record, out: TextIO) -> None:
+    line = f"TrainingJob/{name}: {status.get('phase')}"
+    if status.get("reason"):
+        line += f" ({status['reason']})"
+    summary = status.get("summary") or {}
+    comparison = summary.get("comparison")
+    if isinstance(comparison, dict) and comparison.get("comparable") is False:
+        line += f"; no comparison ({comparison.get('reason')}: {comparison.get('message', '')})"
+    elif isinstance(comparison, dict) and comparison.get("changePoints") is not None:
+        before, after = summary.get("baselinePassRate"), summary.get("finalPassRate")
+        rates = f"{before:.0%} -> {after:.0%}, " if isinstance(before, float) and isinstance(after, float) else ""
+        line += f"; held-out pass rate {rates}{comparison['changePoints']:+} points"
+    print(line, file=out, flush=True)
