@@ -91,13 +91,24 @@ class FakePlatform:
             with self._lock:
                 self._graded += 1
                 failing = self.fail_every and self._graded % self.fail_every == 0
+            extra: dict[str, Any] = {}
             if failing:
                 verdict, reward = "InfrastructureFailure", None
+            elif "turns" in item:
+                # Multi-turn: replay the episode as the grader does; a single-turn module ends after one reply.
+                answer = self.answers[item["taskId"]]
+                if hasattr(self.env, "step"):
+                    message, value = self.env.step(list(item["turns"]), answer)
+                else:
+                    message, value = None, self.env.reward(item["turns"][-1], answer)
+                extra = {"next": message, "done": message is None}
+                verdict = "InvalidOutput" if value is None else ("Correct" if value >= 1 else "Incorrect")
+                reward = None if value is None else float(value)
             else:
                 value = self.env.reward(item.get("completion", ""), self.answers[item["taskId"]])
                 verdict = "InvalidOutput" if value is None else ("Correct" if value >= 1 else "Incorrect")
                 reward = None if value is None else float(value)
-            record = {"taskId": item["taskId"], "verdict": verdict, "reward": reward, "evidence": {}}
+            record = {"taskId": item["taskId"], "verdict": verdict, "reward": reward, "evidence": {}, **extra}
             verdicts.append(record)
             with self._lock:
                 self.gradings.append({**record, "phase": body.get("phase", "Training")})

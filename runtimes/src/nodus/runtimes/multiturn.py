@@ -1,7 +1,8 @@
 """Multi-turn episodes for GRPO: the model replies, the Environment answers, until the episode is done.
 
 Who uses it: `grpo_lora.train` passes `make_rollout(...)` to TRL's GRPOTrainer as its `rollout_func` when
-`maxTurns` is above 1. For each prompt it plays `groupSize` episodes with the policy being trained: after each
+`maxTurns` is above 1. For each prompt of the batch (TRL repeats each task `groupSize` times) it plays one
+episode with the policy being trained: after each
 reply the episode so far goes to the platform's grader (`{taskId, turns}`, phase Training), which replays it in
 the Environment and answers the next message and whether the episode is done. An episode ends when it is done,
 after `maxTurns` replies, or before it would pass `maxEpisodeTokens`.
@@ -33,7 +34,9 @@ def make_rollout(context: RunContext, p: Any, task_ids: dict[str, str]) -> Any:
 
         tokenizer = trainer.processing_class
         model = trainer.model
-        episodes = [(prompt, g) for prompt in prompts for g in range(p.group_size)]
+        # TRL 1.16 passes the batch's prompts as its sampler repeated them (each `groupSize` times, beside its
+        # inputs): one episode per entry keeps the rollout aligned with the inputs the rewards are matched to.
+        episodes = [(prompt, 0) for prompt in prompts]
         out: dict[str, list[Any]] = {
             "prompt_ids": [],
             "completion_ids": [],
