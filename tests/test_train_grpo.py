@@ -45,6 +45,17 @@ spec:
   evaluation: {{baseline: true, final: true}}
   parameters: {parameters}
 """
+EVALUATE = """apiVersion: nodus.dev/v1beta1
+kind: TrainingJob
+metadata: {{name: score}}
+spec:
+  runtime: nodus/evaluate
+  mode: Evaluate
+  model: {{uri: "hf://nodus/tiny-qwen3@{revision}"}}
+  environment: {{name: reverse-words@1.0.0, trainTasks: 1, heldOutTasks: 65, seed: 0}}
+  evaluation: {{baseline: false, final: true}}
+  parameters: {{maxTokens: 32, adapter: "{adapter}"}}
+"""
 
 
 def nodus(*args: str) -> tuple[int, str]:
@@ -130,6 +141,16 @@ def test_grpo_learns_through_the_platform_and_never_sees_an_answer(project: Path
     provenance = json.loads((folder / "outputs" / "provenance.json").read_text())
     assert provenance["model"]["revision"] == f"hf://nodus/tiny-qwen3@{tiny_model[1]}"
     assert provenance["runtime"]["name"] == "nodus/grpo-lora" and provenance["runtime"]["digest"].startswith("sha256:")
+
+    # nodus/evaluate with the trained adapter on the same held-out tasks scores what the final evaluation did
+    # (greedy decoding, the same weights), graded again by the platform.
+    (project / "score.yaml").write_text(EVALUATE.format(revision=tiny_model[1], adapter=folder / "outputs" / "adapter"))
+    code, output = nodus("apply", str(project), "--yes", "--wait", "--timeout", "5m")
+    assert code == 0 and "TrainingJob/score: Succeeded" in output, output
+    scored = status("score")["summary"]
+    assert scored["finalPassRate"] == summary["finalPassRate"], (scored, summary)
+    results = json.loads((job_dir(project, "score") / "outputs" / "results.json").read_text())
+    assert results["runtime"] == "nodus/evaluate" and results["tasks"] == 65
 
 
 def test_a_killed_supervisor_resumes_from_the_checkpoint_without_a_second_baseline(
