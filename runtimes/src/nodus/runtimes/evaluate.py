@@ -21,7 +21,7 @@ from nodus.runtimes.generation import Sampling, make_generator
 
 
 def main() -> int:
-    from nodus.runtimes.grpo_lora import _token_counter, load_model
+    from nodus.runtimes.grpo_lora import load_model, token_counter
     from nodus.runtimes.outputs import export
 
     started = time.monotonic()
@@ -58,7 +58,7 @@ def main() -> int:
         sampling=sampling,
         max_turns=int(parameters.get("maxTurns", 1)),
         max_episode_tokens=int(parameters.get("maxEpisodeTokens", 2048)),
-        count_tokens=_token_counter(generator),
+        count_tokens=token_counter(generator),
         batch=int(parameters.get("batchSize", 32)),
     )
     verdicts = Counter(v.get("verdict") for v in result.verdicts)

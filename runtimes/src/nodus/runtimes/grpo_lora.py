@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -31,8 +30,7 @@ from typing import Any
 from nodus.runtimes.attempt import reward_of
 from nodus.runtimes.contract import RunContext
 from nodus.runtimes.generation import Sampling, TransformersGenerator, as_messages, make_generator
-
-STATE_FILES = ("baseline.json", "run-config.json")
+from nodus.runtimes.outputs import write_json
 
 
 @dataclass(frozen=True)
@@ -136,12 +134,6 @@ def check_state(context: RunContext) -> None:
             raise SystemExit(3)
         return
     write_json(path, {"digest": digest})
-
-
-def write_json(path: Path, document: object) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
-    os.replace(temporary, path)
 
 
 def last_checkpoint(folder: Path) -> Path | None:
@@ -264,9 +256,9 @@ def train(context: RunContext, p: Parameters, model: Any, tokenizer: Any, tasks:
     )
     rollout = None
     if p.max_turns > 1:
-        from nodus.runtimes.multiturn import _key, make_rollout
+        from nodus.runtimes.multiturn import make_rollout, prompt_key
 
-        rollout = make_rollout(context, p, {_key(row["prompt"]): str(row["task_id"]) for row in rows})
+        rollout = make_rollout(context, p, {prompt_key(row["prompt"]): str(row["task_id"]) for row in rows})
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[make_reward(context)],
@@ -299,11 +291,11 @@ def evaluate(context: RunContext, p: Parameters, generator: Any, tasks: list[dic
         sampling=sampling,
         max_turns=p.max_turns,
         max_episode_tokens=p.max_episode_tokens,
-        count_tokens=_token_counter(generator),
+        count_tokens=token_counter(generator),
     )
 
 
-def _token_counter(generator: Any) -> Any:
+def token_counter(generator: Any) -> Any:
     if not isinstance(generator, TransformersGenerator):
         return None
     return lambda conversation: len(generator.tokenizer(generator.render(conversation))["input_ids"])

@@ -22,12 +22,12 @@ from nodus.runtimes.attempt import reward_of
 from nodus.runtimes.contract import RunContext
 
 
-def _key(prompt: Any) -> str:
+def prompt_key(prompt: Any) -> str:
     return json.dumps(prompt, sort_keys=True, ensure_ascii=False)
 
 
 def make_rollout(context: RunContext, p: Any, task_ids: dict[str, str]) -> Any:
-    """`task_ids` maps each prompt (as `_key` renders it) to its taskId."""
+    """`task_ids` maps each prompt (as `prompt_key` renders it) to its taskId."""
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
         import torch
@@ -81,7 +81,7 @@ def make_rollout(context: RunContext, p: Any, task_ids: dict[str, str]) -> Any:
                 completion += new
                 mask += [1] * len(new)
                 turns.append(tokenizer.decode(new, skip_special_tokens=True))
-                verdict = context.api.grade([{"taskId": task_ids[_key(prompt)], "turns": turns}], "Training")[0]
+                verdict = context.api.grade([{"taskId": task_ids[prompt_key(prompt)], "turns": turns}], "Training")[0]
                 message = verdict.get("next")
                 if verdict.get("done", True) or message is None or turn + 1 >= p.max_turns:
                     break
