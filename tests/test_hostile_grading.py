@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -37,8 +38,12 @@ def _code(body: str) -> str:
 
 
 # Reads the hidden tests wherever they could be and answers from them: Correct only if the answers leak.
+# Where process-mode graders stage environment files in these tests: every pytest temporary folder. (Not all of
+# /tmp: walking whatever else a machine keeps there, whole virtual environments included, can take longer than
+# the run's 5 s limit, and the test would measure the machine instead of the sandbox.)
+PYTEST_TEMP = os.path.join(tempfile.gettempdir(), "pytest-of-*", "**", "")
 CHEAT = _code(
-    f"""    places = ['/opt/environment', {str(PACKAGE)!r}] + glob.glob('/tmp/**/', recursive=True)
+    f"""    places = ['/opt/environment', {str(PACKAGE)!r}] + glob.glob({PYTEST_TEMP!r}, recursive=True)
     for place in places:
         path = os.path.join(place, 'python_functions_tasks.py')
         try:
