@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from nodus.cli import env, jobs, plan_apply, resources, schema, validate, version
+from nodus.cli import controller, env, jobs, plan_apply, pr_comment, resources, schema, validate, version
 from nodus.cli.console import err_line
 from nodus.errors import NodusError
 
@@ -59,6 +59,8 @@ cli.add_command(jobs.cp)
 cli.add_command(jobs.cancel)
 cli.add_command(jobs.delete)
 cli.add_command(jobs.patch)
+cli.add_command(controller.controller)
+cli.add_command(pr_comment.pr_comment)
 
 
 def main() -> None:

@@ -98,6 +98,24 @@ MIGRATIONS: tuple[Migration, ...] = (
             "INSERT INTO counters (name, value) VALUES ('serial', 0)",
         ),
     ),
+    Migration(
+        2,
+        "sync records of nodus controller",
+        (
+            # Not keyed to `resources`: a resource in git that is not (yet) in the store has a sync record too.
+            """CREATE TABLE sync_records (
+                kind TEXT NOT NULL,
+                project TEXT NOT NULL,
+                name TEXT NOT NULL,
+                revision TEXT NOT NULL,
+                desired_hash TEXT NOT NULL,
+                outcome TEXT NOT NULL,
+                message TEXT NOT NULL,
+                synced_at DOUBLE PRECISION NOT NULL,
+                PRIMARY KEY (kind, project, name)
+            )""",
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -2,7 +2,8 @@
 
 Who uses it: the planner reads `ResourceRecord`s as the observed state; `nodus apply` writes them and takes
 the `Lease`; controllers update status, add `Event`s and record `Launch`es (the idempotency keys that make
-a repeated or interrupted apply never start a second job); `nodus get/describe` read them.
+a repeated or interrupted apply never start a second job); `nodus get/describe` read them. `nodus controller`
+keeps its `SyncRecord`s here (what it last synced per resource), which `get` and `list` join onto records.
 
 Identity: a resource is (kind, project, name); `project` is `metadata.project`, or `DEFAULT_PROJECT`.
 `spec` is the normalised desired document (`model_dump(by_alias=True, mode="json", exclude_none=True)` of
@@ -16,7 +17,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -49,6 +50,22 @@ class ResourceKey:
 
 
 @dataclass(frozen=True)
+class SyncRecord:
+    """What `nodus controller` last synced for one resource: the git revision, the desired spec hash there, when,
+    and how it went. `nodus get` compares `desired_hash` with the record's `spec_hash` (Synced or OutOfSync)."""
+
+    key: ResourceKey
+    revision: str
+    """The commit sha the controller synced."""
+    desired_hash: str
+    """The resource's spec_hash in git at `revision`; empty when it is in the store but not in git there."""
+    outcome: str
+    """Applied, Failed, Pending (the apply is under way) or NotInGit (kept: the controller does not prune)."""
+    message: str = ""
+    at: float = 0.0
+
+
+@dataclass(frozen=True)
 class ResourceRecord:
     """One resource as the store holds it: the applied spec and what the controllers observed."""
 
@@ -62,6 +79,8 @@ class ResourceRecord:
     updated_at: float = 0.0
     deleting: bool = False
     """Set by `nodus delete`/prune while controllers tear it down; the row goes when they are done."""
+    sync: SyncRecord | None = None
+    """The controller's last sync of this resource (filled by `get` and `list`; None when none synced it)."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +208,15 @@ class StateStore(Protocol):
 
     def break_lease(self, lease_id: str) -> Lease | None:
         """`nodus unlock ID`: remove that lease whoever holds it; returns it, or None when unknown."""
+        ...
+
+    # What `nodus controller` last synced
+    def record_sync(self, records: Sequence[SyncRecord]) -> None:
+        """Replace every sync record with `records` (one revision's resources), all at once."""
+        ...
+
+    def sync_records(self) -> builtins.list[SyncRecord]:
+        """Sorted by key, including resources the store has no record of (in git, not applied: Missing)."""
         ...
 
     # Key/value for small bookkeeping (the observed-state serial a saved plan records, price tables...)

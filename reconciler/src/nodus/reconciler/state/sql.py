@@ -41,6 +41,7 @@ from nodus.reconciler.state.records import (
     LeaseHeld,
     ResourceKey,
     ResourceRecord,
+    SyncRecord,
     canonical,
     spec_hash,
 )
@@ -55,6 +56,14 @@ _EVENT_COLUMNS = "kind, project, name, type, reason, message, happened_at, count
 _LAUNCH_COLUMNS = "launch_key, kind, project, name, job, data, launched_at"
 _LEASE_COLUMNS = "id, name, holder, operation, acquired_at, expires_at"
 _KEY = "kind = ? AND project = ? AND name = ?"
+_SYNC_COLUMNS = "kind, project, name, revision, desired_hash, outcome, message, synced_at"
+# Records as get and list return them: with the controller's sync record of the same key, when there is one.
+_JOINED = (
+    "SELECT "
+    + ", ".join(f"r.{column.strip()}" for column in _RESOURCE_COLUMNS.split(","))
+    + ", s.revision, s.desired_hash, s.outcome, s.message, s.synced_at FROM resources r LEFT JOIN sync_records s"
+    " ON s.kind = r.kind AND s.project = r.project AND s.name = r.name"
+)
 
 Row = Sequence[Any]
 
@@ -305,6 +314,10 @@ class SqlStore(ABC):
     # ---- resources
 
     def _record(self, row: Row) -> ResourceRecord:
+        key = ResourceKey(row[0], row[1], row[2])
+        sync = None
+        if len(row) > 11 and row[11] is not None:  # a joined row (get, list) with a sync record
+            sync = SyncRecord(key, row[11], row[12], row[13], row[14], float(row[15]))
         return ResourceRecord(
             key=ResourceKey(row[0], row[1], row[2]),
             spec=self._load_json(row[3]),
@@ -315,6 +328,7 @@ class SqlStore(ABC):
             created_at=float(row[8]),
             updated_at=float(row[9]),
             deleting=bool(row[10]),
+            sync=sync,
         )
 
     def _get(self, key: ResourceKey, *, for_update: bool = False) -> ResourceRecord | None:
@@ -323,17 +337,18 @@ class SqlStore(ABC):
         return self._record(row) if row else None
 
     def get(self, key: ResourceKey) -> ResourceRecord | None:
-        return self._get(key)
+        row = self._one(f"{_JOINED} WHERE r.kind = ? AND r.project = ? AND r.name = ?", _key_params(key))
+        return self._record(row) if row else None
 
     def list(self, kind: str | None = None, project: str | None = None) -> list[ResourceRecord]:
         where: list[str] = []
         params: list[object] = []
         for column, value in (("kind", kind), ("project", project)):
             if value is not None:
-                where.append(f"{column} = ?")
+                where.append(f"r.{column} = ?")
                 params.append(value)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
-        rows = self._all(f"SELECT {_RESOURCE_COLUMNS} FROM resources{clause}", params)
+        rows = self._all(f"{_JOINED}{clause}", params)
         # Sorted here, not by ORDER BY: a PostgreSQL database's collation may order text unlike Python.
         return sorted((self._record(row) for row in rows), key=lambda record: record.key)
 
@@ -535,6 +550,34 @@ class SqlStore(ABC):
                 return None
             self._run("DELETE FROM leases WHERE id = ?", (lease_id,))
         return self._lease(row)
+
+    # ---- what nodus controller synced
+
+    def record_sync(self, records: Sequence[SyncRecord]) -> None:
+        # Not counted by the serial: a sync record says what git holds, which no saved plan relies on.
+        at = self._clock()
+        with self._writing():
+            self._run("DELETE FROM sync_records")
+            for record in records:
+                self._run(
+                    f"INSERT INTO sync_records ({_SYNC_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        *_key_params(record.key),
+                        record.revision,
+                        record.desired_hash,
+                        record.outcome,
+                        record.message,
+                        record.at or at,
+                    ),
+                )
+
+    def sync_records(self) -> builtins.list[SyncRecord]:
+        rows = self._all(f"SELECT {_SYNC_COLUMNS} FROM sync_records")
+        found = (
+            SyncRecord(ResourceKey(row[0], row[1], row[2]), row[3], row[4], row[5], row[6], float(row[7]))
+            for row in rows
+        )
+        return sorted(found, key=lambda record: record.key)
 
     # ---- values and the serial
 

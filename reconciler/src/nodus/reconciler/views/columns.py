@@ -1,7 +1,8 @@
 """`nodus get` columns per kind, as the seeds show them (`NAME RUNTIME PHASE STAGE CHANGE COST AGE`).
 
 Who calls it: `nodus get` (table and `-o wide`). Each kind has its columns; an unknown kind gets NAME, PHASE
-and AGE. Values come from the record's spec and status; a missing one is shown as `-`.
+and AGE. Values come from the record's spec and status; a missing one is shown as `-`. `-o wide` adds, for
+every kind, SYNC, HEALTH and REVISION: what `nodus controller` last synced (`controller.sync_status`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from nodus.reconciler.controller.sync_status import health_of, sync_state
 from nodus.reconciler.state.records import ResourceRecord
 
 Column = tuple[str, Callable[[ResourceRecord], str]]
@@ -97,11 +99,17 @@ WIDE: dict[str, list[Column]] = {
     ],
 }
 DEFAULT: list[Column] = [("NAME", _name), ("PHASE", _phase), ("AGE", _age)]
+SYNC: list[Column] = [
+    ("SYNC", sync_state),
+    ("HEALTH", health_of),
+    ("REVISION", lambda r: r.sync.revision[:7] if r.sync is not None else "-"),
+]
+"""The controller's view, in `-o wide` of every kind (the default columns are the seeds')."""
 
 
 def columns(kind: str, *, wide: bool = False) -> list[Column]:
     base = COLUMNS.get(kind, DEFAULT)
-    extra = WIDE.get(kind, [("REASON", lambda r: _text(_get(r.status, "reason")))]) if wide else []
+    extra = [*WIDE.get(kind, [("REASON", lambda r: _text(_get(r.status, "reason")))]), *SYNC] if wide else []
     return [*base, *extra]
 
 
@@ -117,4 +125,13 @@ def document(record: ResourceRecord) -> dict[str, Any]:
     metadata.update(generation=record.generation, project=record.key.project)
     out["metadata"] = metadata
     out["status"] = record.status
+    if record.sync is not None:
+        out["sync"] = {
+            "status": sync_state(record),
+            "health": health_of(record),
+            "revision": record.sync.revision,
+            "outcome": record.sync.outcome,
+            "message": record.sync.message,
+            "syncedAt": record.sync.at,
+        }
     return out
