@@ -29,7 +29,9 @@ class Project:
     @classmethod
     def find(cls, path: Path | None = None, *, state: str | None = None, state_dir: Path | None = None) -> Project:
         root = find_project(path or Path.cwd())
-        return cls(root, root / LOCK_NAME, Store.for_project(root, state_dir), state or os.environ.get("NODUS_STATE"))
+        return cls(
+            root, root / LOCK_NAME, Store.for_project(root, state_dir), state or os.environ.get("NODUS_STATE") or None
+        )
 
     @property
     def jobs(self) -> Path:
