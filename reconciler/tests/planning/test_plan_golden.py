@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nodus.reconciler.planning import Plan, stale_reasons
+from nodus.reconciler.planning import Plan, render_json, stale_reasons
 from nodus.reconciler.planning.golden import GOLDEN, Scenario, main, scenarios
 
 SCENARIOS = {scenario.name: scenario for scenario in scenarios()}
@@ -28,6 +28,7 @@ def test_every_scenario_is_there() -> None:
         "prune-on",
         "noop-after-apply",
         "stale-plan",
+        "priced",
     }
 
 
@@ -44,7 +45,8 @@ def test_the_saved_plan_reads_back_as_the_same_plan(name: str) -> None:
     scenario = SCENARIOS[name]
     saved = Plan.from_json((scenario.folder / "plan.json").read_text(), "plan.json")
     assert saved == scenario.plan()
-    assert saved.to_json() == (scenario.folder / "plan.json").read_text()
+    # A priced plan's costs ride along in plan.json; apply reads the plan and prices a run when it launches it.
+    assert render_json(saved, scenario.costs(saved)) == (scenario.folder / "plan.json").read_text()
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
@@ -153,3 +155,31 @@ def test_the_update_command_rewrites_what_differs(tmp_path: Path, capsys: pytest
     assert main(["--root", root, "--update"]) == 0
     assert (copy / "plan.txt").read_text() == (SCENARIOS["replace"].folder / "plan.txt").read_text()
     assert main(["--root", root]) == 0
+
+
+def test_a_priced_plan_heads_its_comment_with_the_cost() -> None:
+    scenario, planned = _plan("priced")
+    assert {action.type for action in planned.actions} == {"create", "update", "replace", "noop"}
+    costs = scenario.costs(planned)
+    assert costs is not None
+    lines = (scenario.folder / "plan.md").read_text().splitlines()
+    assert lines[0] == "<!-- nodus-plan -->"
+    assert lines[3].startswith("**Estimated cost:** **$0.3037** one-off for 2 training runs (and 1 unpriced)")
+    assert "**+$1134.00/month** at most for standing endpoints · prices of 2026-11-29" in lines[3]
+    text = "\n".join(lines)
+    # The headline and tables come before the folded plan; the table has the cost columns.
+    assert text.index("Estimated cost") < text.index("### TrainingJob") < text.index("<details>")
+    assert "| `~` | tuned | update in place | `spec.expectedDuration` | +$1.64 | $4.92 |" in text
+    assert (
+        "| `-/+` | bigger | **replace** (forced by `spec.model.uri`) | `spec.model.uri` | +$0.1031 | $0.1791 |" in text
+    )
+    assert "| `+` | mystery | create |  | unpriced | unpriced |" in text
+    assert "- `TrainingJob/mystery`: training: 200 steps: runtime trainer has no measured seconds per step" in text
+    assert "**Next:** `nodus apply` applies this plan." in text
+    assert "_Prices: table 2026-11-29 (prices.yaml)" in text
+    # The unpriced run is not counted as $0: the one-off total is the two priced runs.
+    runs = {str(key): cost for key, cost in costs.actions.items() if cost.starts_run}
+    assert runs["TrainingJob/mystery"].cost_usd is None
+    assert costs.one_off_usd == runs["TrainingJob/new-run"].cost_usd + runs["TrainingJob/bigger"].cost_usd
+    # No-ops are not priced; the no-op runtime and Environment do not appear in the cost tables.
+    assert "TrainingRuntime" not in text.split("<details>")[0]

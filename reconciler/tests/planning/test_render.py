@@ -75,7 +75,7 @@ def test_json_is_the_saved_plan() -> None:
 
 def test_markdown_names_projects_and_replacements() -> None:
     text = render_markdown(Plan((_update("tj", STEPS, project="team-a"),)))
-    assert text.startswith("## nodus plan\n\n**Plan: 0 to add, 1 to change,")
+    assert text.startswith("<!-- nodus-plan -->\n## nodus plan\n\n**Plan: 0 to add, 1 to change,")
     assert "| `~` | team-a/tj | update in place | `spec.parameters.steps` |" in text
     assert "<details><summary>Full plan</summary>" in text and text.rstrip().endswith("</details>")
 
@@ -87,7 +87,7 @@ def test_a_huge_plan_stays_under_the_comment_limit() -> None:
     )
     text = render_markdown(Plan(many))
     assert len(text) < MARKDOWN_LIMIT
-    assert text.startswith("## nodus plan\n\n**Plan: 0 to add, 3000 to change,")
+    assert text.startswith("<!-- nodus-plan -->\n## nodus plan\n\n**Plan: 0 to add, 3000 to change,")
     assert "more changes: see the full plan below." in text
     assert "_Truncated: " in text and "lines shown" in text
     assert text.count("<details>") == 1 and text.count("</details>") == 1

@@ -8,12 +8,20 @@ Exit codes of `nodus plan`: 0 no changes, 2 changes, 1 an error (as `terraform p
 A TrainingJob that apply would refuse (a parameter typo, a missing runtime, a lowered cap) is an error of the
 plan too: one line per problem naming the file, the job and the field, and nothing is shown as planned.
 Managed runtimes (`runtime: nodus/grpo-lora`) join the files' resources (`nodus.reconciler.planning.managed`).
+
+Plans are priced (`nodus.reconciler.pricing`): each TrainingJob change gets its estimate, from the price table
+(`catalog/prices.yaml`, `$NODUS_PRICES`, the project's `prices.yaml`, `--prices FILE`). `nodus apply --dry-run`
+prints the Job each TrainingJob of the files would compile into, with `status.estimate` and
+`status.blockingReasons`, and writes nothing.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -23,21 +31,25 @@ from nodus.errors import ConfigError, SpecError
 from nodus.reconciler.planning.desired import Desired, desired_from
 from nodus.reconciler.planning.diff import Plan, plan
 from nodus.reconciler.planning.render import render_json, render_markdown, render_table
+from nodus.reconciler.pricing.costs import PlanCosts
 from nodus.reconciler.project import Project
-from nodus.reconciler.state.records import ResourceKey, StateStore
+from nodus.reconciler.state.records import ResourceKey, ResourceRecord, StateStore
 
-RENDERERS = {"table": render_table, "json": render_json, "markdown": render_markdown}
+RENDERERS = ("json", "markdown", "table")
 TERMINAL = {"Succeeded", "Failed", "Cancelled", "Suspended", "Ready"}
+PRICES_HELP = "A price table merged over the others (catalog, $NODUS_PRICES, the project's prices.yaml)."
 
 
-def read_desired(path: Path) -> list[Desired]:
-    """Every resource under `path`; a spec error is raised whole (one line per problem)."""
+def read_desired(path: Path | Sequence[Path]) -> list[Desired]:
+    """Every resource under `path` (or several paths); a spec error is raised whole (one line per problem)."""
     from nodus.specs.parse import parse_resources
 
-    result = parse_resources([path])
+    paths = [path] if isinstance(path, Path) else list(path)
+    result = parse_resources(paths)
     result.raise_for_errors()
     if not result.resources:
-        raise ConfigError(f"{path}: no nodus resources found", hint="point PATH at your spec files or folder")
+        where = ", ".join(str(item) for item in paths)
+        raise ConfigError(f"{where}: no nodus resources found", hint="point PATH at your spec files or folder")
     from nodus.reconciler.planning.managed import with_managed_runtimes
 
     return with_managed_runtimes(desired_from(result.resources))
@@ -47,17 +59,47 @@ def _make_plan(desired: list[Desired], store: StateStore, *, prune: bool, refres
     return plan(desired, store.list(), prune=prune, refresh_only=refresh_only, observed_serial=store.serial())
 
 
+def price(made: Plan, project: Project, store: StateStore, prices_file: Path | None) -> PlanCosts:
+    """The plan's costs, with the price table in force and what the store and this host know."""
+    from nodus.reconciler.pricing.costs import price_plan
+    from nodus.reconciler.pricing.facts import Context
+    from nodus.reconciler.pricing.prices import load_prices
+
+    table = load_prices(project_root=project.root, prices_file=prices_file)
+    context = Context(now=_now(), prices=table, project=project, records=tuple(store.list()))
+    return price_plan(made, context)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def render(output: str, made: Plan, costs: PlanCosts | None, next_command: str) -> str:
+    if output == "json":
+        return render_json(made, costs)
+    if output == "markdown":
+        return render_markdown(made, costs=costs, next_command=next_command)
+    return render_table(made, costs)
+
+
 @click.command("plan")
 @click.argument("path", required=False, type=click.Path(exists=True, path_type=Path))
-@click.option("-o", "--output", type=click.Choice(sorted(RENDERERS)), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Choice(RENDERERS), default="table", show_default=True)
 @click.option("--out", "out_file", type=click.Path(path_type=Path), help="Save the plan for `nodus apply FILE`.")
 @click.option("--refresh-only", is_flag=True, help="Only refresh observed status; plan no changes.")
 @click.option("--prune", is_flag=True, help="Destroy resources in the store that are no longer in the files.")
+@click.option("--prices", "prices_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help=PRICES_HELP)
 @click.option("--state", help="State store: a SQLite path or postgresql://... (default: .nodus/state.db).")
 def plan_command(
-    path: Path | None, output: str, out_file: Path | None, refresh_only: bool, prune: bool, state: str | None
+    path: Path | None,
+    output: str,
+    out_file: Path | None,
+    refresh_only: bool,
+    prune: bool,
+    prices_file: Path | None,
+    state: str | None,
 ) -> None:
-    """Show what `nodus apply` would change (exit 0: nothing, 2: changes, 1: error)."""
+    """Show what `nodus apply` would change and what it costs (exit 0: nothing, 2: changes, 1: error)."""
     where = path or Path.cwd()
     desired = read_desired(where)
     project = Project.find(where, state=state)
@@ -68,11 +110,13 @@ def plan_command(
         refresh(project, store)
         result = _make_plan(desired, store, prune=prune, refresh_only=refresh_only)
         _refuse_what_apply_would(result, store)
+        costs = None if refresh_only else price(result, project, store, prices_file)
     finally:
         store.close()
-    sys.stdout.write(RENDERERS[output](result).rstrip("\n") + "\n")
+    next_command = "nodus apply" + (f" {path}" if path is not None else "")
+    sys.stdout.write(render(output, result, costs, next_command).rstrip("\n") + "\n")
     if out_file is not None:
-        out_file.write_text(result.to_json(), encoding="utf-8")
+        out_file.write_text(render_json(result, costs), encoding="utf-8")
         err_line(f"saved to {out_file}: apply it exactly with `nodus apply {out_file}`", dim=True)
     sys.exit(result.exit_code)
 
@@ -88,28 +132,53 @@ def _refuse_what_apply_would(made: Plan, store: StateStore) -> None:
 
 @click.command("apply")
 @click.argument("target", required=False, type=click.Path(exists=True, path_type=Path))
-@click.option("-f", "--filename", "file_option", type=click.Path(exists=True, path_type=Path), help="Same as TARGET.")
+@click.option(
+    "-f",
+    "--filename",
+    "file_options",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="Same as TARGET; may repeat (files or folders).",
+)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before applying.")
 @click.option("--wait", is_flag=True, help="Wait until every resource applied is Ready, Succeeded or Failed.")
 @click.option("--build", is_flag=True, help="Build Environments that are not built yet (nodus-build).")
 @click.option("--prune", is_flag=True, help="Destroy resources in the store that are no longer in the files.")
 @click.option("--timeout", default="30m", show_default=True, help="With --wait: how long.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Apply nothing: print the Job each TrainingJob would compile into, with its estimate and blocking reasons.",
+)
+@click.option(
+    "-o", "--output", type=click.Choice(["yaml", "json"]), default=None, help="With --dry-run: yaml (default) or json."
+)
+@click.option("--prices", "prices_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help=PRICES_HELP)
 @click.option("--state", help="State store: a SQLite path or postgresql://... (default: .nodus/state.db).")
 def apply_command(
     target: Path | None,
-    file_option: Path | None,
+    file_options: tuple[Path, ...],
     yes: bool,
     wait: bool,
     build: bool,
     prune: bool,
     timeout: str,
+    dry_run: bool,
+    output: str | None,
+    prices_file: Path | None,
     state: str | None,
 ) -> None:
     """Apply the specs under TARGET (default: here), or a saved plan file exactly."""
     from nodus.reconciler.apply import ApplyOptions, apply_plan
 
-    chosen = file_option or target or Path.cwd()
-    saved = chosen.is_file() and chosen.suffix == ".json"
+    paths = [*file_options, *([target] if target is not None else [])] or [Path.cwd()]
+    if dry_run:
+        _dry_run(paths, output or "yaml", prices_file, state)
+        return
+    if output is not None:
+        raise ConfigError("-o is for --dry-run", hint="nodus apply -f FILE --dry-run -o yaml")
+    chosen = paths[0]
+    saved = len(paths) == 1 and chosen.is_file() and chosen.suffix == ".json"
     project = Project.find(chosen, state=state)
     if saved:
         saved_plan = Plan.from_json(chosen.read_text(encoding="utf-8"), origin=str(chosen))
@@ -117,11 +186,11 @@ def apply_command(
         def make_plan(store: StateStore) -> Plan:
             return saved_plan
     else:
-        desired = read_desired(chosen)
+        desired = read_desired(paths)
 
         def make_plan(store: StateStore) -> Plan:
             made = _make_plan(desired, store, prune=prune, refresh_only=False)
-            sys.stdout.write(render_table(made).rstrip("\n") + "\n")
+            sys.stdout.write(render_table(made, price(made, project, store, prices_file)).rstrip("\n") + "\n")
             if made.has_changes and not yes:
                 if not sys.stdin.isatty():
                     raise ConfigError("apply needs confirmation", hint="pass --yes (or apply a saved plan file)")
@@ -139,7 +208,7 @@ def apply_command(
             options=ApplyOptions(build=build),
             reporter=lambda resource, message: err_line(f"{resource}: {message}"),
             saved=saved,
-            operation=f"apply {chosen}",
+            operation=f"apply {' '.join(str(path) for path in paths)}",
         )
         line(
             f"Apply complete: {len(report.written)} changed, {len(report.launched)} launched "
@@ -147,6 +216,37 @@ def apply_command(
         )
         if wait:
             _wait(project, store, list(report.statuses), timeout)
+    finally:
+        store.close()
+
+
+def _dry_run(paths: list[Path], output: str, prices_file: Path | None, state: str | None) -> None:
+    """Print the compiled Job of every TrainingJob under `paths`, priced; nothing is written, no lease taken."""
+    from nodus.reconciler.pricing.dry_run import as_json_output, dry_run, read_inputs
+    from nodus.reconciler.pricing.prices import load_prices
+
+    project = Project.find(paths[0], state=state)
+    table = load_prices(project_root=project.root, prices_file=prices_file)
+    records = _read_records(project)
+    inputs = read_inputs(paths, project, records, warn=lambda text: err_line(text, dim=True))
+    documents = dry_run(inputs, project=project, prices=table, now=_now())
+    if output == "json":
+        sys.stdout.write(json.dumps(as_json_output(documents), indent=2, ensure_ascii=False) + "\n")
+        return
+    import yaml
+
+    sys.stdout.write(yaml.safe_dump_all(documents, sort_keys=False, allow_unicode=True, width=120))
+
+
+def _read_records(project: Project) -> list[ResourceRecord]:
+    """The store's records, read without writing: no store file yet means nothing applied yet (none is created)."""
+    from nodus.reconciler.state import STATE_FILE, open_store
+
+    if project.state_url is None and not (project.files.root / STATE_FILE).is_file():
+        return []
+    store = open_store(project.state_url, project_state_dir=project.files.root, migrate=False)
+    try:
+        return store.list()
     finally:
         store.close()
 

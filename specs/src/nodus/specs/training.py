@@ -274,6 +274,8 @@ class StepTimes(SpecModel):
     """Seconds per evaluation task by GPU type."""
     model_caching_seconds: Annotated[float, Field(ge=0)] = 0
     """Seconds to import the model into a Volume the first time."""
+    startup_seconds: Annotated[float, Field(ge=0)] = 0
+    """Seconds the trainer process takes to start (import its libraries, load the model) before its first step."""
     measured_on: str | None = None
     """When and where these were measured."""
 

@@ -10,6 +10,12 @@ host's price and the job's cap. params.json also says what ran: the runtime (nam
 whether it is managed, its image), the Environment's version and image, and the pinned model, which the
 trainers copy into provenance.json. Launches are recorded under `<key>/gen<generation>/attempt1` before the
 executor is asked, and the executor starts nothing twice, so repeated or interrupted applies launch once.
+
+The price: when a generation launches, the host's price in force then (`$NODUS_LOCAL_PRICE_PER_HOUR`, else the
+price table's `cpu.local`, see `nodus.reconciler.pricing.prices`) goes into the job's spec, which the executor
+accounts with, and into `status.price` (`{version, perHourUSD, source}`). Both stay as they are for that
+generation: a later change of the table never re-prices a run; only a replacement (a new generation) is priced
+again.
 """
 
 from __future__ import annotations
@@ -25,11 +31,13 @@ from nodus.errors import ConfigError
 from nodus.reconciler.controllers.admission import Admission, admit, runtime_key
 from nodus.reconciler.executor.job import EnvironmentSpec, JobSpec
 from nodus.reconciler.executor.local import LocalExecutor
+from nodus.reconciler.pricing.prices import LOCAL_PRICE_VARIABLE, LaunchPrice, launch_price, load_prices
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, Launch, ResourceKey, ResourceRecord, StateStore, spec_hash
 
-PRICE_VARIABLE = "NODUS_LOCAL_PRICE_PER_HOUR"
-"""US dollars per hour this machine costs (default 0: your own machine); cost = running time x price."""
+PRICE_VARIABLE = LOCAL_PRICE_VARIABLE
+"""US dollars per hour this machine costs (else the price table's `cpu.local`, 0 by default: your own machine);
+cost = running time x price."""
 INTERVAL_VARIABLE = "NODUS_ACCOUNTING_INTERVAL"
 """Seconds between cost accounting steps of the local executor (default 10)."""
 HOST_PYTHONS = frozenset({"python", "python3"})
@@ -40,7 +48,7 @@ def executor(project: Project) -> LocalExecutor:
     return LocalExecutor(project.jobs, record_wire=os.environ.get("NODUS_RECORD_WIRE") == "1")
 
 
-KEPT = ("source", "launchGeneration", "eventsSeenAt", "stageSeen")
+KEPT = ("source", "launchGeneration", "eventsSeenAt", "stageSeen", "price")
 """Status fields the controllers own, carried over when the job's status is copied in."""
 
 
@@ -78,7 +86,8 @@ def reconcile_trainingjob(
         return waiting, None
     jobs = executor(project)
     manifests = manifest_folder(project, environment) if environment is not None else None
-    spec = compile_job(record, verdict, runtime, environment, manifests)
+    price = price_in_force(record, project, jobs)
+    spec = compile_job(record, verdict, runtime, environment, manifests, price=price)
     if input_model is not None:
         spec = dataclasses.replace(spec, env={**spec.env, "NODUS_INPUT_MODEL": str(input_model)})
     exists = jobs.exists(record.key.project, record.key.name)
@@ -93,8 +102,22 @@ def reconcile_trainingjob(
     elif exists:
         _follow_cap(jobs, record, spec)
     jobs.launch(spec)
-    status = {**job_status(jobs, record), "launchGeneration": launch_generation(record)}
+    status = {**job_status(jobs, record), "launchGeneration": launch_generation(record), "price": price.to_status()}
     return status, (launch_key(record) if new else None)
+
+
+def price_in_force(record: ResourceRecord, project: Project, jobs: LocalExecutor | None = None) -> LaunchPrice:
+    """The price of the generation this pass runs: the one stored when it launched (in status, else in the job
+    spec of a run launched before status recorded prices), else the price table's now."""
+    kept = record.status.get("price")
+    launched = record.status.get("launchGeneration") == launch_generation(record)
+    if launched and isinstance(kept, dict) and kept.get("perHourUSD") is not None:
+        return LaunchPrice(Decimal(str(kept["perHourUSD"])), str(kept.get("version", "")), str(kept.get("source", "")))
+    if jobs is not None and jobs.exists(record.key.project, record.key.name):
+        running = jobs.files(record.key.project, record.key.name).read_spec()
+        if running.generation == launch_generation(record):
+            return LaunchPrice(running.price_per_hour, "", "the job spec it was launched with")
+    return launch_price(load_prices(project_root=project.root))
 
 
 def _model(
@@ -157,8 +180,11 @@ def compile_job(
     runtime: ResourceRecord,
     environment: ResourceRecord | None,
     manifests: Path | None = None,
+    *,
+    price: LaunchPrice | None = None,
 ) -> JobSpec:
-    """The executor's JobSpec of an admitted TrainingJob (`manifests`: the Environment's manifest folder)."""
+    """The executor's JobSpec of an admitted TrainingJob (`manifests`: the Environment's manifest folder; `price`:
+    the host's price for this run, the price table's in force now when left out)."""
     spec = record.spec["spec"]
     runtime_spec = runtime.spec["spec"]
     env_spec = None
@@ -205,7 +231,7 @@ def compile_job(
         env={**(runtime_spec.get("env") or {}), **(spec.get("env") or {})},
         environment=env_spec,
         params=params,
-        price_per_hour_usd=str(Decimal(os.environ.get(PRICE_VARIABLE, "0"))),
+        price_per_hour_usd=str((price or launch_price(load_prices())).per_hour_usd),
         max_cost_usd=spec.get("maxCostUSD"),
         accounting_interval_s=float(os.environ.get(INTERVAL_VARIABLE, "10")),
     )

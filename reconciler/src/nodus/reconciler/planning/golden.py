@@ -11,7 +11,10 @@ A scenario is a folder under `reconciler/tests/planning/golden/`:
 - `desired/*.yaml`: the resource files (sources are named relative to the scenario, so output is stable);
 - `observed.json`: `{"serial": N, "records": [{"kind", "project", "name", "generation", "spec"}, ...]}`,
   the state store as `nodus apply` leaves it (spec_hash is computed, as the store does);
-- `options.json` (optional): `{"prune": true}`, `{"refreshOnly": true}`;
+- `options.json` (optional): `{"prune": true}`, `{"refreshOnly": true}`; for a priced scenario also `"now"`
+  (ISO 8601, the estimates' start time) and `"cachedModels"` (model URIs taken as imported already);
+- `prices.yaml` (optional): the scenario's price table; with it the plan is priced (`nodus.reconciler.pricing`)
+  and the renderings carry its costs, as `nodus plan` prints them;
 - `moved.json` (optional): the store some time after planning; `stale.txt` holds `stale_reasons` against it;
 - `plan.txt`, `plan.json`, `plan.md`: the expected renderings.
 """
@@ -22,6 +25,7 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +33,14 @@ from nodus.errors import NodusError
 from nodus.reconciler.planning.desired import Desired, desired_from
 from nodus.reconciler.planning.diff import Plan, plan, stale_reasons
 from nodus.reconciler.planning.render import render_json, render_markdown, render_table
+from nodus.reconciler.pricing.costs import PlanCosts
 from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey, ResourceRecord, spec_hash
 from nodus.specs.parse import ParseResult, parse_text
 
 GOLDEN = Path(__file__).resolve().parents[4] / "tests" / "planning" / "golden"
 """Where the scenarios live in a source checkout (this module is only useful there)."""
+NOW = "2026-11-29T12:00:00Z"
+"""A priced scenario's clock when its options.json names none (estimates carry a start time)."""
 
 
 @dataclass(frozen=True)
@@ -78,13 +85,37 @@ class Scenario:
             observed_serial=observed.serial,
         )
 
+    def costs(self, planned: Plan) -> PlanCosts | None:
+        """The plan priced with the scenario's prices.yaml, as `nodus plan` prices it; None when it has none."""
+        path = self.folder / "prices.yaml"
+        if not path.exists():
+            return None
+        import yaml
+
+        from nodus.reconciler.pricing.costs import price_plan
+        from nodus.reconciler.pricing.facts import Context
+        from nodus.reconciler.pricing.prices import check_layer, table_from_layers
+
+        options = self.options()
+        # Named relative to the scenario, so the renderings do not depend on where the checkout is.
+        table = table_from_layers([("prices.yaml", check_layer(yaml.safe_load(path.read_text()), "prices.yaml"))])
+        now = datetime.fromisoformat(str(options.get("now", NOW)).replace("Z", "+00:00")).astimezone(UTC)
+        context = Context(
+            now=now,
+            prices=table,
+            records=tuple(self.observed().records),
+            cached_models=frozenset(str(uri) for uri in options.get("cachedModels", [])),
+        )
+        return price_plan(planned, context)
+
     def outputs(self) -> dict[str, str]:
         """Expected file name -> content, as the planner produces them today."""
         planned = self.plan()
+        costs = self.costs(planned)
         out = {
-            "plan.txt": render_table(planned),
-            "plan.json": render_json(planned),
-            "plan.md": render_markdown(planned),
+            "plan.txt": render_table(planned, costs),
+            "plan.json": render_json(planned, costs),
+            "plan.md": render_markdown(planned, costs=costs),
         }
         moved = self.moved()
         if moved is not None:

@@ -2,7 +2,12 @@
 
 Who calls it: `nodus plan -o table|json|markdown` (and `nodus apply`, which shows the table before asking).
 Every function returns plain text; colour, if any, is the CLI's business. Output is deterministic, so the
-golden files of `reconciler/tests/planning/golden` pin it.
+golden files of `reconciler/tests/planning/golden` pin it. Given the plan's `PlanCosts` (`nodus.reconciler.
+pricing.costs`), each TrainingJob and InferenceEndpoint change shows its cost: a line in the table, a `costs`
+object in the JSON, and in the Markdown comment a cost headline first, cost columns, and an unpriced list.
+
+The Markdown comment starts with the hidden marker `<!-- nodus-plan -->` so that a bot (`nodus pr-comment`)
+finds it and updates it in place; it says the price table's version and the next command to run.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from nodus.reconciler.planning.diff import Action, FieldChange, Plan
+from nodus.reconciler.pricing.costs import PRICED_KINDS, ActionCost, PlanCosts, money
 from nodus.reconciler.state.records import DEFAULT_PROJECT
 
 MARKDOWN_LIMIT = 65_000
@@ -21,6 +27,9 @@ MARKDOWN_HEAD_LIMIT = 30_000
 """The summary tables may use this much; the folded full plan gets what is left."""
 UNMANAGED_LISTED = 20
 FIELDS_LISTED = 5
+MARKER = "<!-- nodus-plan -->"
+"""The comment's first line: how `nodus pr-comment` finds the comment to update."""
+NEXT_COMMAND = "nodus apply"
 
 ACTION_WORDS = {
     "create": "create",
@@ -35,11 +44,15 @@ FIELD_SYMBOLS = {"add": "+", "remove": "-", "change": "~"}
 # --- table ---------------------------------------------------------------------------------------------
 
 
-def render_table(plan: Plan) -> str:
-    """Terraform-like: one line per action, its field changes indented below it, the summary last."""
+def render_table(plan: Plan, costs: PlanCosts | None = None) -> str:
+    """Terraform-like: one line per action, its field changes indented below it, the summary last (and the
+    cost headline after it, when priced)."""
     lines: list[str] = []
     for action in plan.changes:
         lines += _action_lines(action)
+        cost = costs.get(action.key) if costs is not None else None
+        if cost is not None:
+            lines.append("      # " + _cost_comment(cost))
     if plan.unmanaged:
         if lines:
             lines.append("")
@@ -48,7 +61,20 @@ def render_table(plan: Plan) -> str:
     if lines:
         lines.append("")
     lines.append(plan.summary)
+    if costs is not None:
+        lines.append(_headline(costs, markdown=False))
     return "\n".join(lines) + "\n"
+
+
+def _cost_comment(cost: ActionCost) -> str:
+    """`cost: $0.03`, `cost: $4.92 (change +$1.64)`, `cost: unpriced (training: ...)`, `cost: at most $12.00/month`."""
+    new, change = _cost_cells(cost)
+    if cost.cost_usd is None and cost.action != "delete":
+        return "cost: unpriced (" + "; ".join(cost.unpriced or ("unknown",)) + ")"
+    text = f"cost: {new}" if cost.action != "delete" else "cost: deleted"
+    if cost.action != "create" and change not in ("", "-"):
+        text += f" (change {change})"
+    return text
 
 
 def _action_lines(action: Action) -> Iterator[str]:
@@ -79,52 +105,150 @@ def _value(value: Any) -> str:
 # --- JSON ----------------------------------------------------------------------------------------------
 
 
-def render_json(plan: Plan) -> str:
-    """The saved-plan format itself (`--out plan.json` and `-o json` write the same text)."""
-    return plan.to_json()
+def render_json(plan: Plan, costs: PlanCosts | None = None) -> str:
+    """The saved-plan format itself (`--out plan.json` and `-o json` write the same text), with `costs` when
+    priced (a key `nodus apply` does not read: it prices a run again when it launches it)."""
+    if costs is None:
+        return plan.to_json()
+    return json.dumps({**plan.to_dict(), "costs": costs.to_dict()}, indent=2, ensure_ascii=False) + "\n"
 
 
 # --- Markdown ------------------------------------------------------------------------------------------
 
 
-def render_markdown(plan: Plan, limit: int = MARKDOWN_LIMIT) -> str:
-    """A pull-request comment: the summary, a table per kind, the replacements, the full plan folded.
+def render_markdown(
+    plan: Plan, limit: int = MARKDOWN_LIMIT, *, costs: PlanCosts | None = None, next_command: str = NEXT_COMMAND
+) -> str:
+    """A pull-request comment: the marker, the cost headline, the summary, a table per kind (with cost columns
+    when priced), the unpriced items, the replacements, the next command and the prices' version, then the full
+    plan folded.
 
-    It stays under `limit` characters: tables stop with a note past `MARKDOWN_HEAD_LIMIT`, and the folded
-    plan is cut at a line with a note saying how much was left out.
+    It stays under `limit` characters with the summary first: tables stop with a note past
+    `MARKDOWN_HEAD_LIMIT`, and the folded plan is cut at a line with a note saying how much was left out.
     """
-    head = _markdown_head(plan, min(MARKDOWN_HEAD_LIMIT, limit // 2))
+    head = _markdown_head(plan, min(MARKDOWN_HEAD_LIMIT, limit // 2), costs, next_command)
     if not plan.changes and not plan.unmanaged:
         return head
-    return head + "\n" + _folded(render_table(plan), limit - len(head) - 1)
+    return head + "\n" + _folded(render_table(plan, costs), limit - len(head) - 1)
 
 
-def _markdown_head(plan: Plan, budget: int) -> str:
-    parts = ["## nodus plan", "", f"**{plan.summary}**"]
-    size = sum(len(part) + 1 for part in parts)
+def _markdown_head(plan: Plan, budget: int, costs: PlanCosts | None, next_command: str) -> str:
+    intro = [MARKER, "## nodus plan", ""]
+    if costs is not None:
+        intro += [_headline(costs, markdown=True), ""]
+    intro.append(f"**{plan.summary}**")
+    footer = ["", _next(plan, next_command)]
+    if costs is not None:
+        footer.append(_prices_line(costs))
+    parts = list(intro)
+    size = sum(len(part) + 1 for part in intro + footer)
     rows_left = len(plan.changes)
     for kind, actions in _by_kind(plan.changes):
-        table = ["", f"### {kind}", "", "| | Name | Action | Fields |", "|:-:|---|---|---|"]
+        priced = costs is not None and kind in PRICED_KINDS
+        table = ["", f"### {kind}", "", *_table_header(priced)]
         for action in actions:
-            row = _row(action)
+            row = _row(action, costs.get(action.key) if priced and costs is not None else None, priced=priced)
             if size + sum(len(line) + 1 for line in table) + len(row) > budget:
-                parts += [*table, "", f"_… {rows_left} more changes: see the full plan below._"]
+                parts += [*table, "", f"_… {rows_left} more changes: see the full plan below._", *footer]
                 return "\n".join(parts) + "\n"
             table.append(row)
             rows_left -= 1
         parts += table
         size += sum(len(line) + 1 for line in table)
+    unpriced = costs.unpriced() if costs is not None else []
+    if unpriced:
+        parts += ["", "### Unpriced", "", "Not counted in the cost above (never as $0):", ""]
+        parts += [f"- {_code(str(key))}: {_cell(reason)}" for key, reason in unpriced]
     replacements = [action for action in plan.changes if action.type == "replace"]
     if replacements:
         parts += ["", "### Replacements", ""]
         parts += [f"- {_code(str(action.key))}: {_reason(action)}" for action in replacements]
     if plan.unmanaged:
         parts += ["", f"**Unmanaged, kept** ({len(plan.unmanaged)}): {_unmanaged_list(plan)}"]
-    text = "\n".join(parts) + "\n"
+    text = "\n".join(parts + footer) + "\n"
     if len(text) > budget:
-        # Many replacements or unmanaged resources: the folded plan below lists them all.
-        text = "\n".join(parts[:3]) + "\n\n_The change list is too long for a comment: see the full plan below._\n"
+        # Many replacements, unpriced items or unmanaged resources: the folded plan below lists them all.
+        note = ["", "_The change list is too long for a comment: see the full plan below._"]
+        text = "\n".join(intro + note + footer) + "\n"
     return text
+
+
+def _headline(costs: PlanCosts, *, markdown: bool) -> str:
+    """The cost of the plan in one line: the one-off runs it starts, the standing endpoints' monthly change."""
+    bold = "**" if markdown else ""
+    runs = costs.runs
+    unpriced_runs = sum(1 for cost in runs if cost.cost_usd is None)
+    priced_runs = len(runs) - unpriced_runs
+    if not runs:
+        one_off = "no new training runs"
+    elif not priced_runs:
+        one_off = f"{len(runs)} training run{_s(len(runs))}, unpriced"
+    else:
+        one_off = f"{bold}{money(costs.one_off_usd)}{bold} one-off for {priced_runs} training run{_s(priced_runs)}"
+        if unpriced_runs:
+            one_off += f" (and {unpriced_runs} unpriced)"
+    if not costs.standing:
+        monthly = "no change to standing endpoints"
+    elif costs.monthly_change_usd is None:
+        monthly = "standing endpoints: unpriced"
+    else:
+        change = money(costs.monthly_change_usd, signed=True)
+        monthly = f"{bold}{change}/month{bold} at most for standing endpoints"
+    version = costs.prices.get("version", "none")
+    return f"{bold}Estimated cost:{bold} {one_off} · {monthly} · prices of {version}"
+
+
+def _next(plan: Plan, next_command: str) -> str:
+    if not plan.has_changes:
+        return "**Next:** nothing to apply."
+    return f"**Next:** {_code(next_command)} applies this plan."
+
+
+def _prices_line(costs: PlanCosts) -> str:
+    prices = costs.prices
+    where = _short_path(str(prices.get("file") or "")) or "no price table found"
+    overrides = list(prices.get("overrides") or [])
+    if overrides:
+        where += " with " + ", ".join(_short_path(str(name)) for name in overrides)
+    return (
+        f"_Prices: table {prices.get('version', 'none')} ({where}); run times from each runtime's measured step "
+        "times. Estimates, not bills._"
+    )
+
+
+def _short_path(path: str) -> str:
+    """The last two parts of a path (`catalog/prices.yaml`): a runner's absolute paths say nothing in a comment."""
+    if path.startswith("$"):
+        return path
+    return "/".join(path.replace("\\", "/").split("/")[-2:])
+
+
+def _table_header(priced: bool) -> list[str]:
+    if priced:
+        return ["| | Name | Action | Fields | Cost change | New cost |", "|:-:|---|---|---|--:|--:|"]
+    return ["| | Name | Action | Fields |", "|:-:|---|---|---|"]
+
+
+def _cost_cells(cost: ActionCost | None) -> tuple[str, str]:
+    """(new cost, cost change) as the table shows them."""
+    if cost is None:
+        return "", ""
+    per = "/month" if cost.period == "month" else ""
+    at_most = "at most " if cost.ceiling else ""
+    if cost.action == "delete":
+        new = "-"
+    elif cost.cost_usd is None:
+        new = "unpriced"
+    else:
+        new = f"{at_most}{money(cost.cost_usd)}{per}"
+    change = cost.change_usd
+    if change is not None:
+        shown = f"{money(change, signed=True)}{per}"
+    elif cost.action == "delete":
+        shown = "-"
+    else:
+        shown = "unpriced"
+    return new, shown
 
 
 def _by_kind(actions: tuple[Action, ...]) -> Iterator[tuple[str, list[Action]]]:
@@ -135,7 +259,7 @@ def _by_kind(actions: tuple[Action, ...]) -> Iterator[tuple[str, list[Action]]]:
     yield from grouped.items()
 
 
-def _row(action: Action) -> str:
+def _row(action: Action, cost: ActionCost | None = None, *, priced: bool = False) -> str:
     name = action.key.name if action.key.project == DEFAULT_PROJECT else f"{action.key.project}/{action.key.name}"
     word = ACTION_WORDS[action.type]
     if action.forced_by:
@@ -144,7 +268,15 @@ def _row(action: Action) -> str:
     fields = ", ".join(_code(path) for path in paths[:FIELDS_LISTED])
     if len(paths) > FIELDS_LISTED:
         fields += f" and {len(paths) - FIELDS_LISTED} more"
-    return "| " + " | ".join(_cell(text) for text in (_code(action.symbol), name, word, fields)) + " |"
+    cells = [_code(action.symbol), name, word, fields]
+    if priced:
+        new, change = _cost_cells(cost)
+        cells += [change, new]
+    return "| " + " | ".join(_cell(text) for text in cells) + " |"
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"
 
 
 def _reason(action: Action) -> str:

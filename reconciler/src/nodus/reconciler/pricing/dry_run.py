@@ -1,0 +1,304 @@
+"""`nodus apply -f FILE --dry-run`: the Job each TrainingJob would compile into, priced, with what blocks it.
+
+Who calls it: the `nodus apply` command with `--dry-run` (`nodus.cli.plan_apply`). It writes nothing and takes no
+lease: the files are read, the state store only read (and not opened at all when the project has none yet), and
+the compiled Job comes from the same `compile_job` the TrainingJob controller launches with.
+
+What it reads, as `nodus apply PATH` would: the resources of the files named (`-f` may repeat, and take folders),
+then the rest of the project folder (the runtimes and Environments the jobs name; a file of the project that does
+not parse is left out, with a warning, rather than failing the dry run of another file), then the managed
+runtimes (`runtime: nodus/grpo-lora`), then the state store.
+
+Each TrainingJob of the files gives one `kind: Job` document: `spec` (owner, command, image, launcher, env and
+the names of the variables nodus sets at run time, the Environment's tasks, params.json's content, resources and
+the cap), and `status`: the action apply would take, `estimate` (`nodus.reconciler.pricing.estimate`) and
+`blockingReasons` (admission refusals, a cap that was lowered, an Environment not built or not Ready, a model not
+in the local cache, a cap below the first hold), each `{reason, message}`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, cast
+
+from nodus.errors import ConfigError
+from nodus.reconciler.controllers.admission import Admission, admit, environment_ref, runtime_key
+from nodus.reconciler.planning.desired import Desired, desired_from, document_of, key_of
+from nodus.reconciler.planning.diff import Action, plan
+from nodus.reconciler.pricing.estimate import Estimate
+from nodus.reconciler.pricing.facts import Context, estimate_job
+from nodus.reconciler.pricing.prices import PriceTable, launch_price
+from nodus.reconciler.project import Project
+from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore, spec_hash
+from nodus.specs.types import format_usd
+
+PLATFORM_ENV = (
+    "NODUS_ATTEMPT_API",
+    "NODUS_INPUT_PARAMS",
+    "NODUS_INPUT_MODEL",
+    "NODUS_STATE_DIR",
+    "NODUS_OUTPUT_DIR",
+    "NODUS_JOB_NAME",
+    "NODUS_PROJECT",
+    "NODUS_ATTEMPT",
+)
+"""What the supervisor sets for the trainer when it runs (values known only then)."""
+Warn = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything a dry run looks at, gathered once."""
+
+    files: list[Desired]
+    """The resources of the files named."""
+    desired: list[Desired]
+    """The files' resources, then the rest of the project's, then the managed runtimes they name."""
+    records: list[ResourceRecord]
+
+
+def read_inputs(paths: Sequence[Path], project: Project, records: list[ResourceRecord], warn: Warn) -> Inputs:
+    """The files' resources (errors raised whole), the project's others (problems only warned) and managed runtimes."""
+    from nodus.reconciler.planning.managed import with_managed_runtimes
+    from nodus.specs.parse import parse_resources
+
+    result = parse_resources(list(paths))
+    result.raise_for_errors()
+    files = desired_from(result.resources)
+    if not any(item.key.kind == "TrainingJob" for item in files):
+        names = ", ".join(str(path) for path in paths)
+        raise ConfigError(
+            f"{names}: no TrainingJob to dry-run",
+            hint="a dry run prices TrainingJobs; `nodus plan PATH` shows the rest",
+        )
+    known = {item.key for item in files}
+    others: list[Desired] = []
+    project_files = parse_resources([project.root])
+    if project_files.errors:
+        problems = sorted({problem.file for problem in project_files.errors})
+        warn(f"warning: left out of the dry run (they do not parse; `nodus validate`): {', '.join(problems)}")
+    for parsed in project_files.resources:
+        document = document_of(parsed.resource)
+        key = key_of(document)
+        if key in known:
+            continue
+        known.add(key)
+        source = f"{parsed.source.file}:{parsed.source.line}"
+        others.append(Desired(key, document, spec_hash(document), source, parsed.resource))
+    return Inputs(files, with_managed_runtimes([*files, *others]), records)
+
+
+def dry_run(inputs: Inputs, *, project: Project, prices: PriceTable, now: datetime) -> list[JSONObject]:
+    """One `kind: Job` document per TrainingJob of the files, in file order."""
+    from nodus.reconciler.apply import operations_of, refusals
+
+    made = plan(inputs.desired, inputs.records)
+    actions = {action.key: action for action in made.actions}
+    documents = {item.key: item.document for item in inputs.desired}
+    sources = {item.key: item.source for item in inputs.desired}
+    context = Context(now=now, prices=prices, project=project, records=tuple(inputs.records))
+    refused: dict[ResourceKey, list[JSONObject]] = {}
+    # `refusals` reads only get() and list(): the records already read stand in for the store (nothing is opened).
+    for refusal in refusals(operations_of(made.actions), cast("StateStore", _Records(inputs.records))):
+        reason = refusal.reason or "MaxCostLowered"
+        refused.setdefault(refusal.operation.key, []).append({"reason": reason, "message": refusal.message})
+    out = []
+    for item in inputs.files:
+        if item.key.kind != "TrainingJob":
+            continue
+        blocking = refused.get(item.key, [])
+        out.append(_job_document(item, actions[item.key], documents, sources, context, blocking, prices=prices))
+    return out
+
+
+def _job_document(
+    item: Desired,
+    action: Action,
+    documents: Mapping[ResourceKey, JSONObject],
+    sources: Mapping[ResourceKey, str],
+    context: Context,
+    blocking: list[JSONObject],
+    *,
+    prices: PriceTable,
+) -> JSONObject:
+    job = item.document
+    runtime = _document(runtime_key(job), documents, context)
+    environments = {
+        key: document
+        for key, document in [*((r.key, r.spec) for r in context.records), *documents.items()]
+        if key.kind == "Environment"
+    }
+    verdict = admit(job, runtime, environments)
+    if not verdict.admitted and not any(entry["reason"] == verdict.reason for entry in blocking):
+        blocking.insert(0, {"reason": verdict.reason, "message": verdict.message})
+    estimate = estimate_job(
+        job, context, documents, key=item.key, parameters=verdict.parameters if verdict.admitted else None
+    )
+    if verdict.admitted:
+        blocking += _environment_blocking(job, documents, context)
+        blocking += _model_blocking(verdict, job, context)
+    blocking += _cap_blocking(estimate)
+    spec = _compiled(item, action, verdict, runtime, documents, sources, context, prices) if verdict.admitted else {}
+    metadata = {key: value for key, value in job["metadata"].items() if key in ("name", "project", "labels") and value}
+    return {
+        "apiVersion": "nodus.dev/v1beta1",
+        "kind": "Job",
+        "metadata": metadata,
+        # A copy: the same object twice would be written as a YAML anchor and alias.
+        "spec": {"owner": f"TrainingJob/{item.key.name}", **spec, "resources": copy.deepcopy(estimate.resources)},
+        "status": {
+            "dryRun": True,
+            "action": action.type,
+            "source": item.source,
+            "estimate": estimate.to_dict(),
+            "blockingReasons": blocking,
+        },
+    }
+
+
+def _compiled(
+    item: Desired,
+    action: Action,
+    verdict: Admission,
+    runtime: JSONObject | None,
+    documents: Mapping[ResourceKey, JSONObject],
+    sources: Mapping[ResourceKey, str],
+    context: Context,
+    prices: PriceTable,
+) -> JSONObject:
+    """The spec part of the Job `compile_job` makes, as the controller would launch it."""
+    from nodus.reconciler.controllers.trainingjob import compile_job
+
+    assert runtime is not None  # admitted
+    assert verdict.runtime is not None
+    stored = context.record(item.key)
+    generation = 1 if stored is None else stored.generation + (1 if action.type == "replace" else 0)
+    record = ResourceRecord(item.key, item.document, item.spec_hash, generation=generation)
+    runtime_record = ResourceRecord(verdict.runtime, runtime, spec_hash(runtime))
+    environment = None
+    if verdict.environment is not None:
+        env_document = _document(verdict.environment, documents, context)
+        found = context.record(verdict.environment)
+        status = dict(found.status) if found is not None and found.spec == env_document else {}
+        if verdict.environment in sources:
+            status["source"] = sources[verdict.environment]  # where its package folder is, for process-mode graders
+        if env_document is not None:
+            environment = ResourceRecord(verdict.environment, env_document, spec_hash(env_document), status=status)
+    compiled = compile_job(record, verdict, runtime_record, environment, price=launch_price(prices))
+    runtime_spec = runtime.get("spec") or {}
+    spec: JSONObject = {"command": list(compiled.command)}
+    if runtime_spec.get("image"):
+        spec["image"] = runtime_spec["image"]
+    spec["launcher"] = runtime_spec.get("launcher", "Plain")
+    spec["env"] = dict(compiled.env)
+    spec["platformEnv"] = [name for name in PLATFORM_ENV if name != "NODUS_INPUT_MODEL" or verdict.model]
+    if compiled.environment is not None:
+        env = compiled.environment
+        spec["environment"] = {
+            "name": env.name,
+            "version": env.version,
+            "image": env.digest or env.image,
+            "trainTasks": env.train_tasks,
+            "heldOutTasks": env.held_out_tasks,
+            "seed": env.seed,
+        }
+    spec["params"] = dict(compiled.params)
+    spec["pricePerHourUSD"] = format_usd(launch_price(prices).per_hour_usd)
+    if compiled.max_cost_usd is not None:
+        spec["maxCostUSD"] = compiled.max_cost_usd
+    return spec
+
+
+def _environment_blocking(
+    job: JSONObject, documents: Mapping[ResourceKey, JSONObject], context: Context
+) -> list[JSONObject]:
+    """An Environment that is not Ready in the store, or not built (nodus.lock and the image store)."""
+    reference = environment_ref(job)
+    if reference is None or context.project is None:
+        return []
+    key, version = reference
+    record = context.record(key)
+    stored_same = record is not None and record.spec.get("spec", {}).get("version") == version
+    if stored_same and record is not None and record.status.get("phase") == "Ready":
+        return []
+    from nodus.builder.lockfile import Lock
+    from nodus.builder.oci import tags_of
+
+    entry = Lock.load(context.project.lock_path).get(key.name, version)
+    if entry is not None and tags_of(context.project.files.images, entry.image):
+        return []
+    why = "not built" if entry is None else f"built, but image {entry.image} is not in the local store"
+    return [
+        {
+            "reason": "EnvironmentNotReady",
+            "message": f"Environment {key.name}@{version} is {why}: `nodus apply --build` (or nodus-build) builds it",
+        }
+    ]
+
+
+def _model_blocking(verdict: Admission, job: JSONObject, context: Context) -> list[JSONObject]:
+    """A model revision neither imported nor in the local Hugging Face cache (nodus never downloads weights)."""
+    model = verdict.model or {}
+    if context.project is None:
+        return []
+    from nodus.reconciler.controllers.volume import imported, not_cached, snapshot
+
+    if model.get("uri"):
+        uri = str(model["uri"])
+        if imported(context.project, uri) or snapshot(uri) is not None:
+            return []
+        return [{"reason": "ModelNotCached", "message": str(not_cached(uri)["message"])}]
+    volume = model.get("volume")
+    if volume:
+        project = job["metadata"].get("project") or "default"
+        record = context.record(ResourceKey("Volume", str(project), str(volume["name"])))
+        if record is None or record.status.get("phase") != "Ready":
+            return [{"reason": "VolumeNotReady", "message": f"Volume {volume['name']} is not Ready"}]
+    return []
+
+
+def _cap_blocking(estimate: Estimate) -> list[JSONObject]:
+    if not estimate.cap_below_first_hold:
+        return []
+    assert estimate.cap_usd is not None
+    assert estimate.hold_needed_usd is not None
+    message = (
+        f"spec.maxCostUSD: {format_usd(estimate.cap_usd)} is below the first hold "
+        f"${format_usd(estimate.hold_needed_usd)}: raise it to start the run"
+    )
+    return [{"reason": "CapBelowFirstHold", "message": message}]
+
+
+def _document(key: ResourceKey, documents: Mapping[ResourceKey, JSONObject], context: Context) -> JSONObject | None:
+    if key in documents:
+        return documents[key]
+    record = context.record(key)
+    return None if record is None else record.spec
+
+
+class _Records:
+    """The read-only part of a StateStore that `refusals` uses, over records already read."""
+
+    def __init__(self, records: list[ResourceRecord]) -> None:
+        self._records = {record.key: record for record in records}
+
+    def get(self, key: ResourceKey) -> ResourceRecord | None:
+        return self._records.get(key)
+
+    def list(self, kind: str | None = None, project: str | None = None) -> list[ResourceRecord]:
+        return [
+            record
+            for record in self._records.values()
+            if (kind is None or record.key.kind == kind) and (project is None or record.key.project == project)
+        ]
+
+
+def as_json_output(documents: list[JSONObject]) -> Any:
+    """One document as itself, several as a `kind: List` (as kubectl prints them)."""
+    if len(documents) == 1:
+        return documents[0]
+    return {"apiVersion": "v1", "kind": "List", "items": documents}

@@ -1,0 +1,171 @@
+"""`nodus apply -f FILE --dry-run -o yaml|json` and priced `nodus plan`: the compiled Job with its estimate and
+blocking reasons, read as apply would read the project, and nothing written; the plan's costs in JSON and
+Markdown. No podman, no model: what is missing shows up as blocking reasons."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from nodus.cli.main import cli
+
+REPO = Path(__file__).resolve().parents[3]
+QUICKSTART = REPO / "examples" / "quickstart"
+
+
+def nodus(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    for name in ("environment.yaml", "reverse_words.py", "trainingjob.yaml"):
+        shutil.copy(QUICKSTART / name, root / name)
+    (root / "nodus.lock").write_text("lockfileVersion: 1\nenvironments: {}\n")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    monkeypatch.setenv("NODUS_LOCAL_PRICE_PER_HOUR", "3.60")
+    for name in ("NODUS_PRICES", "NODUS_STATE", "NODUS_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(root)
+    return root
+
+
+def annotate(root: Path, size: str = "140K", **replace: str) -> None:
+    """The job with a size annotation (the tiny model's name has none, and its files are not here)."""
+    text = (root / "trainingjob.yaml").read_text()
+    text = text.replace(
+        "metadata: {name: quickstart}", f"metadata: {{name: quickstart, annotations: {{nodus.dev/parameters: {size}}}}}"
+    )
+    for old, new in replace.items():
+        text = text.replace(old, new)
+    (root / "trainingjob.yaml").write_text(text)
+
+
+def reasons(document: dict[str, Any]) -> list[str]:
+    return [entry["reason"] for entry in document["status"]["blockingReasons"]]
+
+
+def test_the_dry_run_prints_the_compiled_job_priced_and_writes_nothing(project: Path) -> None:
+    annotate(project)
+    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run", "-o", "yaml")
+    assert code == 0, out
+    (document,) = list(yaml.safe_load_all(out))
+    assert document["kind"] == "Job" and document["metadata"] == {"name": "quickstart", "project": "default"}
+    spec = document["spec"]
+    assert spec["owner"] == "TrainingJob/quickstart"
+    assert spec["command"][1:] == ["-m", "nodus.runtimes.grpo_lora"]
+    assert spec["env"] == {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    assert "NODUS_ATTEMPT_API" in spec["platformEnv"]
+    assert spec["params"]["parameters"]["steps"] == 60 and spec["params"]["parameters"]["groupSize"] == 8
+    assert spec["params"]["runtime"]["name"] == "nodus/grpo-lora"
+    assert spec["resources"] == {"cpu": 2, "memory": "4Gi", "nodes": 1}
+    assert spec["pricePerHourUSD"] == "3.60" and spec["maxCostUSD"] == "1.00"
+
+    status = document["status"]
+    assert status["dryRun"] is True and status["action"] == "create"
+    estimate = status["estimate"]
+    assert estimate["preset"] == "small-lora-cpu" and estimate["method"] == "LoRA"
+    # 60 x 0.42 s + 128 x 0.015 s + 1 s caching + 6.5 s start-up, at $3.60 an hour.
+    assert estimate["durationSeconds"] == pytest.approx(60 * 0.42 + 128 * 0.015 + 1 + 6.5, abs=0.1)
+    assert estimate["costUSD"] == "0.0346" and estimate["firstHoldUSD"] == "0.0346"
+    assert estimate["startTime"].endswith("Z")
+    assert estimate["prices"]["version"] == "2026-11-29"
+    assert estimate["prices"]["file"].endswith("catalog/prices.yaml")
+    assert estimate["prices"]["overrides"] == ["$NODUS_LOCAL_PRICE_PER_HOUR"]
+    assert estimate["unpriced"] == []
+    # Not built, not cached: both block it, and say what to do.
+    assert reasons(document) == ["EnvironmentNotReady", "ModelNotCached"]
+    assert "nodus apply --build" in document["status"]["blockingReasons"][0]["message"]
+    # Nothing written: no state folder, no store, no lease.
+    assert not (project / ".nodus").exists()
+
+
+def test_json_and_several_files_and_folders(project: Path) -> None:
+    annotate(project)
+    second = project / "jobs"
+    second.mkdir()
+    text = (project / "trainingjob.yaml").read_text().replace("name: quickstart", "name: second")
+    (second / "second.yaml").write_text(text)
+    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "-f", "jobs", "--dry-run", "-o", "json")
+    assert code == 0, out
+    listed = json.loads(out)
+    assert listed["kind"] == "List"
+    assert [item["metadata"]["name"] for item in listed["items"]] == ["quickstart", "second"]
+    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run", "-o", "json")
+    assert json.loads(out)["kind"] == "Job"
+
+
+def test_an_admission_refusal_and_a_low_cap_block_it(project: Path) -> None:
+    annotate(project, **{"learningRate:": "learning_rate:"})
+    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run")
+    assert code == 0, out
+    (document,) = list(yaml.safe_load_all(out))
+    assert reasons(document)[0] == "InvalidParameters"
+    assert "did you mean 'learningRate'" in document["status"]["blockingReasons"][0]["message"]
+    assert "command" not in document["spec"]  # nothing compiles before it is admitted
+
+    annotate(project, **{"learning_rate:": "learningRate:", 'maxCostUSD: "1.00"': 'maxCostUSD: "0.01"'})
+    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run")
+    (document,) = list(yaml.safe_load_all(out))
+    assert "CapBelowFirstHold" in reasons(document)
+    assert document["status"]["estimate"]["firstHoldUSD"] == "0.01"
+
+
+def test_an_unknown_model_size_is_unpriced_not_free(project: Path) -> None:
+    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run")
+    assert code == 0, out
+    (document,) = list(yaml.safe_load_all(out))
+    estimate = document["status"]["estimate"]
+    assert estimate["costUSD"] is None and estimate["resources"] is None
+    assert estimate["unpriced"][0]["item"] == "resources"
+    assert "nodus.dev/parameters" in estimate["unpriced"][0]["reason"]
+
+
+def test_prices_from_a_file_and_the_project(project: Path, tmp_path: Path) -> None:
+    annotate(project, maxCostUSD="expectedDuration: 1h\n  maxCostUSD")
+    (project / "prices.yaml").write_text('version: "team-3"\ncpu: {local: "1.00"}\n')
+    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run", "-o", "json")
+    assert code == 0, out
+    estimate = json.loads(out)["status"]["estimate"]
+    # $NODUS_LOCAL_PRICE_PER_HOUR (3.60) still wins over the project's cpu.local.
+    assert estimate["prices"]["version"] == "team-3" and estimate["costUSD"] == "3.60"
+    flag = tmp_path / "flag.yaml"
+    flag.write_text('version: "flag-1"\n')
+    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run", "-o", "json", "--prices", str(flag))
+    assert code == 0, out
+    prices = json.loads(out)["status"]["estimate"]["prices"]
+    assert prices["version"] == "flag-1" and prices["overrides"][-2:] == [str(flag), "$NODUS_LOCAL_PRICE_PER_HOUR"]
+
+
+def test_what_a_dry_run_refuses(project: Path) -> None:
+    code, _, err = nodus("apply", "-f", "environment.yaml", "--dry-run")
+    assert code == 1 and "no TrainingJob to dry-run" in err
+    code, _, err = nodus("apply", "-f", "trainingjob.yaml", "-o", "yaml")
+    assert code == 1 and "-o is for --dry-run" in err
+
+
+def test_plan_prices_its_trainingjobs(project: Path) -> None:
+    annotate(project)
+    code, out, _ = nodus("plan", "-o", "json")
+    assert code == 2, out
+    costs = json.loads(out)["costs"]
+    assert costs["oneOffUSD"] == "0.0346" and costs["runs"] == 1
+    action = costs["actions"]["TrainingJob/quickstart"]
+    assert action["action"] == "create" and action["changeUSD"] == "+0.0346"
+    assert action["estimate"]["preset"] == "small-lora-cpu"
+    code, out, _ = nodus("plan", str(project), "-o", "markdown")
+    lines = out.splitlines()
+    assert lines[0] == "<!-- nodus-plan -->"
+    assert lines[3].startswith("**Estimated cost:** **$0.0346** one-off for 1 training run")
+    assert f"**Next:** `nodus apply {project}` applies this plan." in out
+    code, out, _ = nodus("plan")
+    assert "      # cost: $0.0346" in out and out.rstrip().splitlines()[-1].startswith("Estimated cost: $0.0346")
