@@ -28,7 +28,7 @@ import click
 
 from nodus.cli.console import err_line, line
 from nodus.errors import ConfigError, SpecError
-from nodus.reconciler.planning.desired import Desired, desired_from
+from nodus.reconciler.planning.desired import Desired
 from nodus.reconciler.planning.diff import Plan, plan
 from nodus.reconciler.planning.render import render_json, render_markdown, render_table
 from nodus.reconciler.pricing.costs import PlanCosts
@@ -41,18 +41,10 @@ PRICES_HELP = "A price table merged over the others (catalog, $NODUS_PRICES, the
 
 
 def read_desired(path: Path | Sequence[Path]) -> list[Desired]:
-    """Every resource under `path` (or several paths); a spec error is raised whole (one line per problem)."""
-    from nodus.specs.parse import parse_resources
+    """Every resource under `path` (or several paths), with the managed runtimes they name."""
+    from nodus.reconciler.planning.managed import read_desired as read
 
-    paths = [path] if isinstance(path, Path) else list(path)
-    result = parse_resources(paths)
-    result.raise_for_errors()
-    if not result.resources:
-        where = ", ".join(str(item) for item in paths)
-        raise ConfigError(f"{where}: no nodus resources found", hint="point PATH at your spec files or folder")
-    from nodus.reconciler.planning.managed import with_managed_runtimes
-
-    return with_managed_runtimes(desired_from(result.resources))
+    return read([path] if isinstance(path, Path) else path, hint="point PATH at your spec files or folder")
 
 
 def _make_plan(desired: list[Desired], store: StateStore, *, prune: bool, refresh_only: bool) -> Plan:

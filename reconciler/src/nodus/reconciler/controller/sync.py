@@ -266,16 +266,9 @@ def checkout_project(folder: Path, specs: Path, home: Project) -> Project:
 def read_desired(root: Path, *, shown: str | None = None) -> list[Desired]:
     """The resources under `root` as `nodus plan` reads them (managed runtimes joined); SpecError whole.
     `shown`: how messages name `root`."""
-    from nodus.reconciler.planning.desired import desired_from
-    from nodus.reconciler.planning.managed import with_managed_runtimes
-    from nodus.specs.parse import parse_resources
+    from nodus.reconciler.planning.managed import read_desired as read
 
-    result = parse_resources([root])
-    result.raise_for_errors()
-    if not result.resources:
-        # An empty folder is far more likely a wrong --path than a wish to destroy everything (with --prune).
-        raise ConfigError(f"{shown or root}: no nodus resources found", hint="check --path")
-    return with_managed_runtimes(desired_from(result.resources))
+    return read([root], shown=shown, hint="check --path")
 
 
 def _plan(desired: list[Desired], store: StateStore, prune: bool) -> Plan:

@@ -106,3 +106,20 @@ def with_managed_runtimes(desired: list[Desired], folders: Iterable[Path] | None
         # The runtime asked for may be in the file that could not be read: say so rather than "not found".
         raise SpecError(problems, hint="a managed runtime's YAML file is broken; reinstall nodus-runtimes")
     return [*desired, *(catalog[key] for key in wanted if key in catalog)]
+
+
+def read_desired(paths: Iterable[Path], *, shown: str | None = None, hint: str) -> list[Desired]:
+    """Every resource under `paths`, with the managed runtimes its TrainingJobs name: what `nodus plan`, `nodus
+    apply` and `nodus controller` plan from. A spec error is raised whole (one line per problem); no resource at
+    all is an error too, as an empty folder is far more likely a wrong path than a wish to destroy everything.
+    `shown`: how messages name the paths; `hint`: what to check when nothing was found."""
+    from nodus.errors import ConfigError
+    from nodus.specs.parse import parse_resources
+
+    paths = list(paths)
+    result = parse_resources(paths)
+    result.raise_for_errors()
+    if not result.resources:
+        where = shown or ", ".join(str(path) for path in paths)
+        raise ConfigError(f"{where}: no nodus resources found", hint=hint)
+    return with_managed_runtimes(desired_from(result.resources))
