@@ -23,7 +23,8 @@ from click.testing import CliRunner
 from nodus.builder.cli import main as nodus_build
 from nodus.cli.main import cli
 
-pytestmark = [pytest.mark.podman, pytest.mark.slow]
+# exclusive: the measured cost is running time, so it must not share the machine with the rest of the suite.
+pytestmark = [pytest.mark.podman, pytest.mark.slow, pytest.mark.exclusive]
 
 REPO = Path(__file__).resolve().parents[1]
 PRICE = "3.60"
