@@ -12,7 +12,7 @@ tests/test_train_grpo.py, whose project fixture this copies (without the planted
 from __future__ import annotations
 
 import json
-import shutil
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -20,13 +20,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from nodus.builder.cli import main as nodus_build
 from nodus.cli.main import cli
 
 # exclusive: the measured cost is running time, so it must not share the machine with the rest of the suite.
 pytestmark = [pytest.mark.podman, pytest.mark.slow, pytest.mark.exclusive]
 
-REPO = Path(__file__).resolve().parents[1]
 PRICE = "3.60"
 TOLERANCE = 0.25
 JOB = """apiVersion: nodus.dev/v1beta1
@@ -48,20 +46,10 @@ def nodus(*args: str) -> tuple[int, str]:
 
 
 @pytest.fixture
-def project(tmp_path: Path, base_reference: str, tiny_model: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    for name in ("environment.yaml", "reverse_words.py"):
-        shutil.copy(REPO / "examples" / "quickstart" / name, root / name)
-    flags = ["--network", "none", "--base", base_reference, "--lock", str(root / "nodus.lock")]
-    with pytest.raises(SystemExit) as exited:
-        nodus_build([str(root), *flags, "--state-dir", str(root / ".nodus"), "--json"])
-    assert exited.value.code == 0
-    cache, _ = tiny_model
-    monkeypatch.setenv("HF_HUB_CACHE", cache)
+def project(built_quickstart: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = built_quickstart("")
     monkeypatch.setenv("NODUS_LOCAL_PRICE_PER_HOUR", PRICE)
     monkeypatch.delenv("NODUS_PRICES", raising=False)
-    monkeypatch.chdir(root)
     return root
 
 

@@ -9,21 +9,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
-from nodus.builder.cli import main as nodus_build
 from nodus.cli.main import cli
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[1]
 PLANTED = "plantedanswerqxvzkj"  # lower case: the reward compares in lower case
 PLANT = f'''
 
@@ -64,21 +62,9 @@ def nodus(*args: str) -> tuple[int, str]:
 
 
 @pytest.fixture
-def project(tmp_path: Path, base_reference: str, tiny_model: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    for name in ("environment.yaml", "reverse_words.py"):
-        shutil.copy(REPO / "examples" / "quickstart" / name, root / name)
-    with (root / "reverse_words.py").open("a") as module:
-        module.write(PLANT)
-    flags = ["--network", "none", "--base", base_reference, "--lock", str(root / "nodus.lock")]
-    with pytest.raises(SystemExit) as exited:
-        nodus_build([str(root), *flags, "--state-dir", str(root / ".nodus"), "--json"])
-    assert exited.value.code == 0
-    cache, _ = tiny_model
-    monkeypatch.setenv("HF_HUB_CACHE", cache)
+def project(built_quickstart: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = built_quickstart(PLANT)
     monkeypatch.setenv("NODUS_RECORD_WIRE", "1")
-    monkeypatch.chdir(root)
     return root
 
 
