@@ -77,6 +77,16 @@ def job_dir(root: Path, name: str) -> Path:
     return root / ".nodus" / "jobs" / "default" / name
 
 
+def evaluation_verdicts(folder: Path) -> dict[str, str]:
+    """The last scored verdict per task of a job's Evaluation phase, from the platform's record."""
+    verdicts: dict[str, str] = {}
+    for line in (folder / "logs" / "gradings.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record.get("phase") == "Evaluation" and record["verdict"] != "InfrastructureFailure":
+            verdicts[record["taskId"]] = record["verdict"]
+    return verdicts
+
+
 def status(name: str) -> dict[str, Any]:
     code, output = nodus("get", "tj", name, "-o", "json")
     assert code == 0, output
@@ -133,8 +143,12 @@ def test_grpo_learns_through_the_platform_and_never_sees_an_answer(project: Path
     (project / "score.yaml").write_text(EVALUATE.format(revision=tiny_model[1], adapter=folder / "outputs" / "adapter"))
     code, output = nodus("apply", str(project), "--yes", "--wait", "--timeout", "5m")
     assert code == 0 and "TrainingJob/score: Succeeded" in output, output
-    scored = status("score")["summary"]
-    assert scored["finalPassRate"] == summary["finalPassRate"], (scored, summary)
+    # Task by task, where both runs got a score: an InfrastructureFailure (a grader that timed out on a busy
+    # machine) is unscored on one side only, so the two pass rates can differ by their denominators.
+    trained, again = evaluation_verdicts(folder), evaluation_verdicts(job_dir(project, "score"))
+    both = sorted(set(trained) & set(again))
+    assert len(both) >= 60, (trained, again)
+    assert [again[task] for task in both] == [trained[task] for task in both]
     results = json.loads((job_dir(project, "score") / "outputs" / "results.json").read_text())
     assert results["runtime"] == "nodus/evaluate" and results["tasks"] == 65
 
