@@ -167,6 +167,7 @@ def test_get_shows_the_change_and_describe_the_comparison(project: Path) -> None
                 "comparison": {"comparable": True, "changePoints": 29.7, "tasks": 63},
             },
             "diagnostics": {"rewardSignal": {"groups": 120, "flatGroups": 30}},
+            "timing": {"steps": 60, "stepSeconds": 0.3312, "evaluationTaskSeconds": 0.0207, "fixedSeconds": 6.82},
         }
         store.set_status(key, status)
     finally:
@@ -181,6 +182,8 @@ def test_get_shows_the_change_and_describe_the_comparison(project: Path) -> None
         "  Final:         70.3% (45/63 scored tasks passed, 1 unscored)",
         "  Change:        +29.7 percentage points on 63 tasks scored before and after",
         "  Reward signal: 30 of 120 training groups had the same reward throughout",
+        "  Timing:        0.331 s per step (60 steps), 0.0207 s per held-out task, 6.8 s start-up and export on this "
+        "host (later estimates of this shape use it)",
     ]
 
 

@@ -31,6 +31,7 @@ from nodus.errors import ConfigError
 from nodus.reconciler.controllers.admission import Admission, admit, runtime_key
 from nodus.reconciler.executor.job import EnvironmentSpec, JobSpec
 from nodus.reconciler.executor.local import LocalExecutor
+from nodus.reconciler.pricing.host_timing import measure, model_identity
 from nodus.reconciler.pricing.prices import LOCAL_PRICE_VARIABLE, LaunchPrice, launch_price, load_prices
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, Launch, ResourceKey, ResourceRecord, StateStore, spec_hash
@@ -312,6 +313,13 @@ def job_status(jobs: LocalExecutor, record: ResourceRecord) -> JSONObject:
             status[name] = raw[name]
     if raw.get("costUSD") is not None:
         status["cost"] = {"totalUSD": str(raw["costUSD"]), "limitUSD": record.spec["spec"].get("maxCostUSD")}
+    if record.key.kind == "TrainingJob" and status["phase"] == "Succeeded":
+        timing = record.status.get("timing")
+        if not (isinstance(timing, dict) and timing.get("generation") == raw.get("generation")):
+            model = model_identity(record.spec["spec"].get("model"))
+            timing = measure(jobs.files(record.key.project, record.key.name), raw, model)
+        if timing:
+            status["timing"] = timing  # measured once: later estimates of this shape on this host use it
     return status
 
 

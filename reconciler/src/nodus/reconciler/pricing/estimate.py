@@ -10,7 +10,9 @@ What it decides, as the seeds' "What the dry run decides" says:
   and the quantisation; a runtime without presets runs CPU-only on the local executor;
 - duration: steps x the measured seconds per step on the slowest allowed GPU type that has a figure (`cpu` for a
   CPU-only run), plus held-out tasks (twice with baseline and final) x seconds per task, plus the model's caching
-  when it is not imported yet, plus the trainer's start-up; `spec.expectedDuration` replaces all of it;
+  when it is not imported yet, plus the trainer's start-up; `spec.expectedDuration` replaces all of it. A CPU
+  run takes its three figures from finished runs of the same shape on this host when there are any
+  (`nodus.reconciler.pricing.host_timing`): CPUs differ too much for one published figure;
 - cost: duration x $/hour x GPUs per node x nodes, at the rate of the GPU type whose time was used (the run
   priced as if it lands on the slowest allowed type: one coherent case, not the slowest time at the dearest rate);
   the dearest priced allowed type when that one has no price or no measured time chose a type (expectedDuration);
@@ -37,6 +39,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Literal
 
 from nodus.reconciler.controllers.admission import merge
+from nodus.reconciler.pricing.host_timing import HostTiming, host_timing, model_identity, shape_of
 from nodus.reconciler.pricing.model_size import ModelSize, format_count, parse_count
 from nodus.reconciler.pricing.prices import PriceTable
 from nodus.specs.types import format_usd, parse_duration
@@ -73,6 +76,8 @@ class Facts:
     held_out_available: int | None = None
     """The Environment's test split size, when its build recorded it: fewer tasks than asked are served."""
     running: tuple[RunningJob, ...] = ()
+    host_timings: tuple[JSONObject, ...] = ()
+    """`status.timing` of finished runs of the job's runtime on this host (any shape; the estimator matches)."""
 
 
 @dataclass(frozen=True)
@@ -329,12 +334,13 @@ class _Estimator:
             return None
         measured = dict(self.runtime_spec.get("measured") or {})
         keys = [str(name) for name in (resources.get("gpu") or {}).get("type") or []] or [CPU]
+        host = self._host_timing(keys, parameters)
         total = 0.0
-        training = self._training(measured, keys, parameters)
+        training = self._training(measured, keys, parameters, host)
         if training is None:
             return None
         total += training
-        evaluation = self._evaluation(measured, keys)
+        evaluation = self._evaluation(measured, keys, host)
         if evaluation is None and self.spec.get("mode", "Train") == "Evaluate":
             return None  # scoring is the whole run: without its time there is no duration to price
         total += evaluation or 0.0
@@ -346,19 +352,39 @@ class _Estimator:
             else:
                 self.basis.append(f"model caching: not measured for {self.runtime_name} ({model['uri']} is new)")
             total += caching
+        if host is not None:
+            # Everything of a run that is neither a step nor a scored task: loading, graders, export.
+            self.basis.append(f"start-up and export: {_seconds(host.fixed_seconds)} ({host.describe()})")
+            return total + host.fixed_seconds
         startup = float(measured.get("startupSeconds") or 0)
         if startup:
             self.basis.append(f"trainer start-up: {_seconds(startup)}")
             total += startup
         return total
 
-    def _training(self, measured: JSONObject, keys: list[str], parameters: JSONObject) -> float | None:
+    def _host_timing(self, keys: list[str], parameters: JSONObject) -> HostTiming | None:
+        """This host's own figures for a CPU run of this shape (GPU runs keep the runtime's figures)."""
+        if keys != [CPU] or not self.facts.host_timings:
+            return None
+        shape = shape_of(model_identity(self.spec.get("model")), parameters)
+        return host_timing(self.facts.host_timings, shape)
+
+    def _training(
+        self, measured: JSONObject, keys: list[str], parameters: JSONObject, host: HostTiming | None
+    ) -> float | None:
         if self.spec.get("mode", "Train") == "Evaluate":
             return 0.0
         steps = parameters.get("steps")
         if not isinstance(steps, int) or isinstance(steps, bool):
             self.unpriced.append(Unpriced("training", f"runtime {self.runtime_name} has no steps parameter to count"))
             return None
+        if host is not None and host.step_seconds is not None:
+            self.timed_on = CPU
+            seconds = host.step_seconds
+            self.basis.append(
+                f"training: {steps} steps x {seconds:g} s ({host.describe()}) = {_seconds(steps * seconds)}"
+            )
+            return steps * seconds
         figure = _slowest(measured.get("stepSeconds") or {}, keys)
         if figure is None:
             reason = f"{steps} steps: runtime {self.runtime_name} has no measured seconds per step"
@@ -372,13 +398,21 @@ class _Estimator:
         self.basis.append(line)
         return steps * seconds
 
-    def _evaluation(self, measured: JSONObject, keys: list[str]) -> float | None:
+    def _evaluation(self, measured: JSONObject, keys: list[str], host: HostTiming | None) -> float | None:
         """Seconds of held-out scoring; None (and an unpriced item) when the runtime has no time per task."""
         tasks, what = self._evaluation_tasks()
         if tasks == 0:
             if what:
                 self.basis.append(f"evaluation: {what}")
             return 0.0
+        if host is not None and host.evaluation_task_seconds is not None:
+            self.timed_on = self.timed_on or CPU
+            seconds = host.evaluation_task_seconds
+            line = (
+                f"evaluation: {tasks} tasks ({what}) x {seconds:g} s ({host.describe()}) = {_seconds(tasks * seconds)}"
+            )
+            self.basis.append(line)
+            return tasks * seconds
         figure = _slowest(measured.get("evaluationTaskSeconds") or {}, keys)
         if figure is None:
             reason = f"{tasks} tasks ({what}): runtime {self.runtime_name} has no measured seconds per task"

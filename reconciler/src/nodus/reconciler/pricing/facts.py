@@ -84,7 +84,24 @@ def facts_for(
         model_cached=not uri or _imported(uri, context),
         held_out_available=_held_out_available(job, context, documents),
         running=tuple(running_jobs(context, exclude=key)),
+        host_timings=tuple(host_timings(job, context)),
     )
+
+
+def host_timings(job: JSONObject, context: Context) -> list[JSONObject]:
+    """`status.timing` of every finished TrainingJob of `job`'s runtime in the store (the estimator picks the
+    ones of the same shape)."""
+    runtime = (job.get("spec") or {}).get("runtime")
+    found = []
+    for record in context.records:
+        timing = record.status.get("timing")
+        if (
+            record.key.kind == "TrainingJob"
+            and isinstance(timing, dict)
+            and record.spec["spec"].get("runtime") == runtime
+        ):
+            found.append(timing)
+    return found
 
 
 def _model(job: JSONObject, context: Context, documents: Mapping[ResourceKey, JSONObject] | None) -> JSONObject:

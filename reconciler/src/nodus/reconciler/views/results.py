@@ -1,4 +1,5 @@
-"""A TrainingJob's results in words: baseline and final pass rates, their comparison and the reward signal.
+"""A TrainingJob's results in words: baseline and final pass rates, their comparison, the reward signal and
+the time a finished run took per step and per task (`status.timing`, which later estimates of its shape use).
 
 Who calls it: `nodus describe tj/NAME`, which prints these lines under `Results:` (the raw fields stay in the
 status YAML above them). They read `status.summary` and `status.diagnostics`, which the job's supervisor
@@ -33,7 +34,20 @@ def result_lines(status: Mapping[str, Any]) -> list[str]:
         lines.append(f"{'Reward signal:':<15}{flat} of {groups} training groups had the same reward throughout")
         if signal.get("warning"):
             lines.append(f"{'Warning:':<15}{signal['warning']}")
+    timing = status.get("timing")
+    if isinstance(timing, Mapping):
+        lines.append(f"{'Timing:':<15}{_timing(timing)}")
     return lines
+
+
+def _timing(timing: Mapping[str, Any]) -> str:
+    parts = []
+    if timing.get("stepSeconds") is not None:
+        parts.append(f"{float(timing['stepSeconds']):.3g} s per step ({timing.get('steps')} steps)")
+    if timing.get("evaluationTaskSeconds") is not None:
+        parts.append(f"{float(timing['evaluationTaskSeconds']):.3g} s per held-out task")
+    parts.append(f"{float(timing.get('fixedSeconds') or 0):.1f} s start-up and export")
+    return ", ".join(parts) + " on this host (later estimates of this shape use it)"
 
 
 def _side(rate: Any, counts: Any) -> str:
