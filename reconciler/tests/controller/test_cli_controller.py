@@ -67,3 +67,33 @@ def test_bad_options_are_one_line_errors(service: Path, git_repo: Any, args: lis
     git_repo.commit("creds", {"secret.yaml": SECRET})
     code, output = nodus("controller", *[str(git_repo.folder) if arg == "REPO" else arg for arg in args], "--once")
     assert code == 1 and says in output and "Traceback" not in output
+
+
+TYPO_JOB = """apiVersion: nodus.dev/v1beta1
+kind: TrainingJob
+metadata: {name: typo}
+spec:
+  runtime: no-such-runtime
+  environment: {name: reverse-words@1.0.0}
+"""
+
+
+def test_get_lists_what_git_has_and_the_store_does_not_as_missing(
+    service: Path, git_repo: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # every wide column, untruncated
+    git_repo.commit("a job whose runtime does not exist", {"secret.yaml": SECRET, "job.yaml": TYPO_JOB})
+    code, output = nodus("controller", "--repo", str(git_repo.folder), "--once")
+    assert code == 1 and "no-such-runtime" in output, output
+    code, output = nodus("get", "tj", "-o", "wide")
+    assert code == 0, output
+    row = next(line.split() for line in output.splitlines() if line.startswith("typo"))
+    assert row[2] == "Missing" and row[-3:-1] == ["OutOfSync", "Missing"], output  # PHASE, SYNC, HEALTH
+    code, output = nodus("get", "tj")
+    assert code == 0 and "typo" in output and "Missing" in output  # the seeds' columns show it too
+    code, output = nodus("get", "tj", "typo", "-o", "json")
+    document = json.loads(output)
+    assert document["sync"]["health"] == "Missing" and document["sync"]["outcome"] == "Failed"
+    assert "no-such-runtime" in document["sync"]["message"]
+    code, output = nodus("get", "tj", "-n", "elsewhere")
+    assert code == 0 and "typo" not in output

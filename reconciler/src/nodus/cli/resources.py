@@ -16,7 +16,7 @@ import click
 from nodus.cli.console import line, print_json, rich_console
 from nodus.errors import ConfigError
 from nodus.reconciler.project import Project
-from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey, ResourceRecord, StateStore
+from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey, ResourceRecord, StateStore, missing_record
 from nodus.reconciler.views import columns, jsonpath
 from nodus.reconciler.views import results as results_view
 
@@ -55,12 +55,27 @@ def _open(path: Path | None, state: str | None) -> tuple[Project, StateStore]:
 
 def _records(store: StateStore, kind: str, name: str | None, namespace: str | None) -> list[ResourceRecord]:
     records = store.list(kind, namespace)
+    records += _missing(store, kind, namespace, {record.key for record in records})
     if name is not None:
         records = [r for r in records if r.key.name == name]
         if not records:
             where = f" in project {namespace}" if namespace else ""
             raise ConfigError(f"{kind}/{name} not found{where}", hint=f"nodus get {kind.lower()} lists them")
     return records
+
+
+def _missing(store: StateStore, kind: str, namespace: str | None, stored: set[ResourceKey]) -> list[ResourceRecord]:
+    """Rows for resources of `kind` in git at the controller's last revision that the store does not hold (an
+    apply that failed for them, or one under way): Argo CD's Missing, so they are not silently absent."""
+    found = [
+        missing_record(sync)
+        for sync in store.sync_records()
+        if sync.key.kind == kind
+        and sync.desired_hash
+        and sync.key not in stored
+        and (namespace is None or sync.key.project == namespace)
+    ]
+    return sorted(found, key=lambda record: (record.key.project, record.key.name))
 
 
 def _print(kind: str, records: list[ResourceRecord], output: str) -> None:

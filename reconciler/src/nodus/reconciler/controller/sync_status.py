@@ -76,8 +76,8 @@ def health(kind: str, status: Mapping[str, Any] | None, *, deleting: bool = Fals
 
 
 def health_of(record: ResourceRecord | None) -> str:
-    """The health of a stored resource; Missing for none."""
-    if record is None:
+    """The health of a stored resource; Missing for none (or the row of one only git has)."""
+    if record is None or record.missing:
         return MISSING
     return health(record.key.kind, record.status, deleting=record.deleting)
 

@@ -81,6 +81,13 @@ class ResourceRecord:
     """Set by `nodus delete`/prune while controllers tear it down; the row goes when they are done."""
     sync: SyncRecord | None = None
     """The controller's last sync of this resource (filled by `get` and `list`; None when none synced it)."""
+    missing: bool = False
+    """Not stored: a row `nodus get` shows for a resource the controller found in git but could not create."""
+
+
+def missing_record(sync: SyncRecord) -> ResourceRecord:
+    """The row of a resource in git at the controller's revision that the store does not hold (health Missing)."""
+    return ResourceRecord(key=sync.key, spec={}, spec_hash="", generation=0, sync=sync, missing=True)
 
 
 @dataclass(frozen=True)

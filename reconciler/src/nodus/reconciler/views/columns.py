@@ -45,6 +45,8 @@ def _name(record: ResourceRecord) -> str:
 
 
 def _phase(record: ResourceRecord) -> str:
+    if record.missing:
+        return "Missing"  # in git, not in the store: see `-o wide` (SYNC, HEALTH) and the sync message
     phase = _get(record.status, "phase")
     return "Deleting" if record.deleting else _text(phase)
 
@@ -120,7 +122,7 @@ def rows(kind: str, records: list[ResourceRecord], *, wide: bool = False) -> tup
 
 def document(record: ResourceRecord) -> dict[str, Any]:
     """The record as `-o yaml|json` prints it: the applied document plus its status and bookkeeping."""
-    out = dict(record.spec)
+    out = dict(record.spec) if not record.missing else {"kind": record.key.kind, "metadata": {"name": record.key.name}}
     metadata = dict(out.get("metadata") or {})
     metadata.update(generation=record.generation, project=record.key.project)
     out["metadata"] = metadata
