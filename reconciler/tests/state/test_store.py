@@ -609,3 +609,29 @@ def test_postgres_store_outlives_a_lost_session(postgres_cluster: Any, tmp_path:
         assert store.get(OTHER) is None
     finally:
         store.close()
+
+
+def test_an_apply_longer_than_the_ttl_keeps_its_lease(
+    store: StateStore, clock: Clock, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from nodus.reconciler import apply
+
+    monkeypatch.setattr(apply, "LEASE_TTL_S", 0.3)  # renewed every 0.1 s of real time
+    with apply.holding_lease(store, "apply a long build") as lease:
+        clock.advance(0.25)
+        deadline = time.monotonic() + 10
+        while (current := store.current_lease("apply")) is not None and current.expires_at <= lease.expires_at:
+            assert time.monotonic() < deadline, "the lease was never renewed"
+            time.sleep(0.02)
+        clock.advance(0.2)  # past the first expiry
+        held = store.current_lease("apply")
+        assert held is not None and held.id == lease.id
+        with pytest.raises(LeaseHeld):
+            store.acquire_lease("apply", "bob", "apply b", ttl_s=10)
+        store.break_lease(lease.id)  # `nodus unlock`: the renewer says so once and stops
+        deadline = time.monotonic() + 10
+        while "broken or taken over" not in (said := capfd.readouterr().err):
+            assert time.monotonic() < deadline, said
+            time.sleep(0.02)
+        other = store.acquire_lease("apply", "bob", "apply b", ttl_s=10)
+    assert store.current_lease("apply") == other  # releasing the lost lease left bob's alone

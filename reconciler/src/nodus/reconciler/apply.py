@@ -21,6 +21,8 @@ import contextlib
 import os
 import re
 import socket
+import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -30,7 +32,7 @@ from nodus.errors import PlanError, SpecError
 from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.planning.diff import Action, Plan, stale_reasons, wave_of
 from nodus.reconciler.project import Project, holder
-from nodus.reconciler.state.records import JSONObject, Lease, LeaseHeld, ResourceKey, StateStore
+from nodus.reconciler.state.records import Conflict, JSONObject, Lease, LeaseHeld, ResourceKey, StateStore
 
 LEASE_TTL_S = 300.0
 Reporter = Callable[[str, str], None]
@@ -76,12 +78,44 @@ def _silent(resource: str, message: str) -> None:
 
 @contextlib.contextmanager
 def holding_lease(store: StateStore, operation: str) -> Iterator[Lease]:
-    """The apply lease, held for the `with` block (apply, delete, patch); released whatever happens."""
+    """The apply lease, held for the `with` block (apply, delete, patch); released whatever happens.
+
+    A thread renews it every third of its TTL, so an apply that outlasts the TTL (an Environment built with
+    `--build`, a slow image push) keeps it: another nodus, here or on another host, would otherwise take over an
+    expired lease and apply at the same time."""
     lease = take_lease(store, operation)
+    renewer = _LeaseRenewer(store, lease)
+    renewer.start()
     try:
         yield lease
     finally:
-        store.release_lease(lease)
+        renewer.stop()
+        store.release_lease(renewer.lease)
+
+
+class _LeaseRenewer(threading.Thread):
+    """Renews a held lease until stopped; a lease broken meanwhile (`nodus unlock`) is said once, on stderr."""
+
+    def __init__(self, store: StateStore, lease: Lease) -> None:
+        super().__init__(name=f"renew {lease.name} lease", daemon=True)
+        self.store = store
+        self.lease = lease
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self._stopped.wait(LEASE_TTL_S / 3):
+            try:
+                self.lease = self.store.renew_lease(self.lease, LEASE_TTL_S)
+            except Conflict as exc:
+                print(f"warning: {exc}; this apply goes on without it", file=sys.stderr, flush=True)
+                return
+            except Exception as exc:  # a store briefly unreachable: try again at the next renewal
+                print(f"warning: could not renew the {self.lease.name} lease: {exc}", file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self.is_alive():
+            self.join()
 
 
 def take_lease(store: StateStore, operation: str) -> Lease:
