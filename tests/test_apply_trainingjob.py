@@ -299,6 +299,11 @@ def test_a_job_runs_its_command_and_its_log_is_kept(project: Path) -> None:
     assert code == 0 and "Job/hello: Succeeded" in output, output
     code, output = nodus("logs", "job/hello")
     assert code == 0 and "hello from a job" in output
+    code, output = nodus("get", "job", "hello", "-o", "json")
+    status = json.loads(output)["status"]
+    # The host's price (the project fixture sets it), stored with the run as a TrainingJob's is, and charged.
+    assert status["price"]["perHourUSD"] == "3.60" and status["price"]["source"] == "$NODUS_LOCAL_PRICE_PER_HOUR"
+    assert float(status["cost"]["totalUSD"]) > 0, status
 
 
 def test_the_model_is_imported_once_and_handed_to_the_trainer(

@@ -9,15 +9,14 @@ TrainingJob in one project cannot share a name (the TrainingJob owns the Job of 
 from __future__ import annotations
 
 import os
-from decimal import Decimal
 
 from nodus.reconciler.controllers.trainingjob import (
     INTERVAL_VARIABLE,
-    PRICE_VARIABLE,
     executor,
     job_status,
     launch_generation,
     launch_key,
+    price_in_force,
 )
 from nodus.reconciler.executor.job import JobSpec
 from nodus.reconciler.project import Project
@@ -32,6 +31,9 @@ def reconcile_job(record: ResourceRecord, *, project: Project, store: StateStore
         return {"phase": "Failed", "reason": "NameTaken", "message": message}, None
     spec = record.spec["spec"]
     jobs = executor(project)
+    # The host's price when the run launched (the price table's cpu.local or $NODUS_LOCAL_PRICE_PER_HOUR), kept
+    # for its generation as a TrainingJob's is: a later change of the table never re-prices it.
+    price = price_in_force(record, project, jobs)
     job = JobSpec(
         name=record.key.name,
         project=record.key.project,
@@ -39,7 +41,7 @@ def reconcile_job(record: ResourceRecord, *, project: Project, store: StateStore
         kind="Job",
         generation=launch_generation(record),
         env=dict(spec.get("env") or {}),
-        price_per_hour_usd=str(Decimal(os.environ.get(PRICE_VARIABLE, "0"))),
+        price_per_hour_usd=str(price.per_hour_usd),
         max_cost_usd=spec.get("maxCostUSD"),
         accounting_interval_s=float(os.environ.get(INTERVAL_VARIABLE, "10")),
     )
@@ -50,5 +52,5 @@ def reconcile_job(record: ResourceRecord, *, project: Project, store: StateStore
         return {"phase": "Suspended", "reason": "SuspendRequested", "message": "spec.state is Suspended"}, None
     _, new = store.record_launch(Launch(launch_key(record), record.key, job=record.key.name))
     jobs.launch(job)
-    status = {**job_status(jobs, record), "launchGeneration": launch_generation(record)}
+    status = {**job_status(jobs, record), "launchGeneration": launch_generation(record), "price": price.to_status()}
     return status, (launch_key(record) if new else None)
