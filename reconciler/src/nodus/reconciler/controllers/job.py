@@ -1,4 +1,5 @@
-"""The Job controller: a command run once under the local executor's supervisor, with its cap and logs.
+"""The Job controller: a command run once under the local executor's supervisor, with its cap and logs; in
+`spec.image` under podman when the Job names one (`nodus.reconciler.executor.trainer_container`).
 
 Who calls it: `nodus apply` (jobs wave) and `nodus.reconciler.refresh`. A Job is what a TrainingJob compiles
 into; one written directly runs its `spec.command` with `spec.env`, no Environment and no attempt API tasks.
@@ -44,6 +45,7 @@ def reconcile_job(record: ResourceRecord, *, project: Project, store: StateStore
         price_per_hour_usd=str(price.per_hour_usd),
         max_cost_usd=spec.get("maxCostUSD"),
         accounting_interval_s=float(os.environ.get(INTERVAL_VARIABLE, "10")),
+        image=spec.get("image"),
     )
     if spec.get("state") == "Suspended":
         if jobs.exists(record.key.project, record.key.name):

@@ -235,6 +235,7 @@ def compile_job(
         price_per_hour_usd=str((price or launch_price(load_prices())).per_hour_usd),
         max_cost_usd=spec.get("maxCostUSD"),
         accounting_interval_s=float(os.environ.get(INTERVAL_VARIABLE, "10")),
+        image=runtime_spec.get("image"),
     )
 
 

@@ -194,8 +194,13 @@ class JobSpec:
     accounting_interval_s: float = 10.0
     heartbeat_interval_s: float = 5.0
     stop_grace_s: float = 10.0
+    image: str | None = None
+    """The image the command runs in (a Job's `spec.image`, a runtime's `image`), under podman with no network
+    (`nodus.reconciler.executor.trainer_container`); None: on this host, as the supervisor's child."""
 
     def __post_init__(self) -> None:
+        if self.image is not None and (not isinstance(self.image, str) or not self.image.strip()):
+            raise ConfigError(f"job {self.name}: image must be an image reference, got {self.image!r}")
         for what, value in (("name", self.name), ("project", self.project)):
             if not isinstance(value, str) or not _NAME.match(value):
                 raise ConfigError(f"job {what} {value!r} must be a DNS label (a-z, 0-9 and '-', at most 63)")
@@ -249,6 +254,7 @@ class JobSpec:
             "accountingIntervalS": self.accounting_interval_s,
             "heartbeatIntervalS": self.heartbeat_interval_s,
             "stopGraceS": self.stop_grace_s,
+            "image": self.image,
         }
 
     @classmethod
@@ -270,6 +276,7 @@ class JobSpec:
                 accounting_interval_s=data.get("accountingIntervalS", 10.0),
                 heartbeat_interval_s=data.get("heartbeatIntervalS", 5.0),
                 stop_grace_s=data.get("stopGraceS", 10.0),
+                image=data.get("image"),
             )
         except KeyError as exc:
             raise ConfigError(f"a job spec needs {exc.args[0]!r}") from None

@@ -34,6 +34,7 @@ from typing import Any, Final
 from nodus.errors import ConfigError, PermanentError, TemporaryError
 
 from ..grading import GradingSettings
+from . import trainer_container
 from .job import (
     CANCEL_REQUESTED,
     CANCELLED,
@@ -222,6 +223,8 @@ class LocalExecutor:
             _end_supervisor(files, status)
             _end_trainer(status)
             spec = files.read_spec()
+            if spec.image is not None:
+                trainer_container.remove(files)  # the kernel killed podman's client with the supervisor, not it
             if spec.attempt >= self.max_attempts:
                 message = f"the supervisor was lost on attempt {spec.attempt} of {self.max_attempts}; giving up"
                 _record(files, SUPERVISOR_LOST, {"phase": FAILED, "reason": SUPERVISOR_LOST, "message": message})

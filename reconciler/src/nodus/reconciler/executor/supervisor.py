@@ -27,6 +27,9 @@ The trainer's environment (the runtime contract, DESIGN.md section 7):
     NODUS_OUTPUT_DIR     results                           NODUS_ATTEMPT_API path of the attempt API's Unix socket
     NODUS_JOB_NAME, NODUS_PROJECT, NODUS_ATTEMPT           which job and which attempt (1, 2, ... after restarts)
 
+A job with an `image` runs its command in that image under podman, with no network and the contract's folders
+and socket mounted at `/nodus/...` (`trainer_container.py`); without one, on this host.
+
 With NODUS_RECORD_WIRE=1 in its own environment the supervisor writes every request and response body of the
 attempt API to `logs/attempt-wire.jsonl` (tests assert on what crossed the socket).
 """
@@ -54,6 +57,7 @@ from typing import Any, Final
 from nodus.errors import NodusError
 
 from ..grading import GradingService, GradingSettings
+from . import trainer_container
 from .attempt_api import AttemptAPI, AttemptServer
 from .job import (
     CANCEL_REQUESTED,
@@ -289,6 +293,14 @@ class Supervisor:
             "NODUS_ATTEMPT": str(spec.attempt),
         }
         environment = {**os.environ, **spec.env, **contract}
+        argv = list(spec.command)
+        if spec.image is not None:
+            try:
+                argv = trainer_container.run_argv(spec, files, contract)
+            except NodusError as exc:
+                return Outcome(FAILED, TRAINER_FAILED, f"cannot start the trainer in {spec.image}: {exc}", {})
+            trainer_container.remove(files)  # one a lost supervisor left running would hold the name
+            environment = dict(os.environ)  # podman's own; the container gets only the job's env and the contract
         with files.trainer_log.open("ab") as log:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             log.write(f"=== nodus: trainer started {stamp}, attempt {spec.attempt} ===\n".encode())
@@ -296,7 +308,7 @@ class Supervisor:
             self._log_offset = log.tell()
             try:
                 trainer = subprocess.Popen(
-                    list(spec.command),
+                    argv,
                     cwd=files.dir,
                     env=environment,
                     stdin=subprocess.DEVNULL,
@@ -307,7 +319,7 @@ class Supervisor:
                     preexec_fn=_die_with_parent,
                 )
             except OSError as exc:
-                return Outcome(FAILED, TRAINER_FAILED, f"cannot start the trainer {spec.command[0]!r}: {exc}", {})
+                return Outcome(FAILED, TRAINER_FAILED, f"cannot start the trainer {argv[0]!r}: {exc}", {})
         self._trainer = trainer
         self._trainer_started = time.monotonic()
         now = time.time()
@@ -330,6 +342,9 @@ class Supervisor:
         trainer = self._trainer
         if trainer is None:
             return
+        if self.spec.image is not None and trainer.poll() is None:
+            # The container's command gets the SIGTERM and the grace; podman SIGKILLs it after.
+            trainer_container.stop(self.files, self._grace)
         if trainer.poll() is None:
             _kill_group(trainer.pid, signal.SIGTERM)
             try:
