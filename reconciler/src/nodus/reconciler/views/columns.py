@@ -122,7 +122,9 @@ def rows(kind: str, records: list[ResourceRecord], *, wide: bool = False) -> tup
 
 def document(record: ResourceRecord) -> dict[str, Any]:
     """The record as `-o yaml|json` prints it: the applied document plus its status and bookkeeping."""
-    out = dict(record.spec) if not record.missing else {"kind": record.key.kind, "metadata": {"name": record.key.name}}
+    out: dict[str, Any] = dict(record.spec)
+    if record.missing:  # only git has it: what the store knows is its key
+        out = {"kind": record.key.kind, "metadata": {"name": record.key.name}}
     metadata = dict(out.get("metadata") or {})
     metadata.update(generation=record.generation, project=record.key.project)
     out["metadata"] = metadata
