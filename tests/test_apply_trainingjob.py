@@ -31,6 +31,7 @@ spec:
   command: [{python}, {trainer}]
   tasks: [GRPO]
   environmentTasks: AttemptAPI
+  outputs: [{{name: outputs, path: /nodus/outputs}}]
   parameterSchema:
     type: object
     additionalProperties: false
@@ -363,3 +364,36 @@ def test_state_suspended_pauses_and_running_resumes_and_get_watch_follows(projec
     # The watch printed the table again as the status changed (it polls every 2 s, as kubectl's watch shows
     # states, so a short Suspended may fall between two looks; the start and the end never do).
     assert seen.count("echo-run") >= 2 and "Running" in seen and "Succeeded" in seen, seen
+
+
+def test_export_to_commits_the_outputs_as_a_new_volume_revision(project: Path) -> None:
+    (project / "results.yaml").write_text(
+        "apiVersion: nodus.dev/v1\nkind: Volume\nmetadata: {name: results}\nspec: {}\n"
+    )
+    (project / "job.yaml").write_text(JOB.format(parameters="{steps: 3}", extra="  exportTo: {volume: results}\n"))
+    code, output = nodus("apply", str(project), "--yes", "--wait", "--timeout", "2m")
+    assert code == 0 and "TrainingJob/echo-run: Succeeded" in output, output
+    status = json.loads(nodus("get", "tj", "echo-run", "-o", "json")[1])["status"]
+    assert status["export"]["phase"] == "Exported" and status["export"]["revision"] == 1, status.get("export")
+    exported = next(c for c in status["conditions"] if c["type"] == "Exported")
+    assert exported == {"type": "Exported", "status": "True", "message": "Volume results revision 1"}
+    volume = json.loads(nodus("get", "volume", "results", "-o", "json")[1])["status"]
+    assert volume["revision"] == 1 and volume["exportedFrom"] == "TrainingJob/echo-run"
+    outputs = project / ".nodus" / "jobs" / "default" / "echo-run" / "outputs"
+    folder = Path(volume["path"])
+    for name in ("results.json", "adapter/weights.bin"):
+        assert (folder / name).read_bytes() == (outputs / name).read_bytes()
+    code, output = nodus("describe", "tj/echo-run")
+    assert "Exported:      Volume results revision 1 (" in output, output
+    # Looking again exports nothing more: one revision per run.
+    assert nodus("get", "tj")[0] == 0 and nodus("apply", str(project), "--yes")[0] == 0
+    assert json.loads(nodus("get", "volume", "results", "-o", "json")[1])["status"]["revision"] == 1
+
+
+def test_export_to_a_read_only_volume_is_refused_at_plan_time(project: Path) -> None:
+    volume = "apiVersion: nodus.dev/v1\nkind: Volume\nmetadata: {name: shared}\nspec: {accessMode: ReadOnlyMany}\n"
+    (project / "shared.yaml").write_text(volume)
+    (project / "job.yaml").write_text(JOB.format(parameters="{steps: 3}", extra="  exportTo: {volume: shared}\n"))
+    code, output = nodus("plan", str(project))
+    said = "job.yaml: TrainingJob/echo-run: spec.exportTo.volume: Volume shared is ReadOnlyMany"
+    assert code == 1 and said in output, output

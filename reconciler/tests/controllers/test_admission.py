@@ -111,3 +111,22 @@ def test_an_unknown_parameter_suggests_the_name_it_was_probably_meant_to_be(
     verdict = admit(job(parameters=parameters), runtime(parameterSchema=closed), ENVIRONMENTS)
     assert verdict.reason == "InvalidParameters" and verdict.field == field
     assert verdict.message.startswith(f"{field}: {message}")
+
+
+def test_an_export_needs_a_writable_volume_of_the_project_and_a_runtime_with_outputs() -> None:
+    outputs = [{"name": "outputs", "path": "/nodus/outputs"}]
+    results = ResourceKey("Volume", "default", "results")
+    writable = {**ENVIRONMENTS, results: {"metadata": {"name": "results"}, "spec": {}}}
+    exporting = job(exportTo={"volume": "results"})
+    assert admit(exporting, runtime(outputs=outputs), writable).admitted
+    missing = admit(exporting, runtime(outputs=outputs), ENVIRONMENTS)
+    assert (missing.reason, missing.field) == ("VolumeNotFound", "spec.exportTo.volume")
+    assert missing.message == "spec.exportTo.volume: Volume default/results does not exist"
+    shared = {**ENVIRONMENTS, results: {"metadata": {"name": "results"}, "spec": {"accessMode": "ReadOnlyMany"}}}
+    read_only = admit(exporting, runtime(outputs=outputs), shared)
+    assert read_only.reason == "VolumeNotWritable" and "must be ReadWriteOnce" in read_only.message
+    no_outputs = admit(exporting, runtime(), writable)
+    assert no_outputs.reason == "RuntimeLacksOutputs" and "/nodus/outputs" in no_outputs.message
+    # A Volume of another project does not count.
+    elsewhere = {**ENVIRONMENTS, ResourceKey("Volume", "team-b", "results"): {"spec": {}}}
+    assert admit(exporting, runtime(outputs=outputs), elsewhere).reason == "VolumeNotFound"

@@ -232,17 +232,18 @@ def refusals(operations: Sequence[Operation], store: StateStore) -> list[Refusal
     from nodus.reconciler.controllers.admission import admit, runtime_key
 
     pending = {op.key: op.document for op in operations if op.document is not None}
-    environments = {
+    stored = [*store.list("Environment"), *store.list("Volume")]
+    known = {
         key: document
-        for key, document in [*((r.key, r.spec) for r in store.list("Environment")), *pending.items()]
-        if key.kind == "Environment" and document is not None
+        for key, document in [*((r.key, r.spec) for r in stored), *pending.items()]
+        if key.kind in ("Environment", "Volume") and document is not None
     }
     found: list[Refusal] = []
     for op in operations:
         if op.key.kind != "TrainingJob" or op.document is None or op.action in ("noop", "delete"):
             continue
         runtime = _document(runtime_key(op.document), pending, store)
-        verdict = admit(op.document, runtime, environments)
+        verdict = admit(op.document, runtime, known)
         if not verdict.admitted:
             found.append(Refusal(op, verdict.reason, verdict.message))
         lowered = _lowered_cap(store, op)

@@ -2,11 +2,13 @@
 
 Who calls it: `nodus get`, `describe`, `wait`, `plan` and `apply --wait`, before they read status. A job
 whose supervisor is gone is noticed here (`LocalExecutor.recover`): it resumes from its state folder while
-attempts are left, else it fails with reason SupervisorLost.
+attempts are left, else it fails with reason SupervisorLost. A TrainingJob that Succeeded with `spec.exportTo`
+has its outputs exported here (`nodus.reconciler.controllers.export`).
 """
 
 from __future__ import annotations
 
+from nodus.reconciler.controllers.export import exported_status
 from nodus.reconciler.controllers.status import stage_events, write_status
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import StateStore
@@ -29,6 +31,9 @@ def refresh(project: Project, store: StateStore) -> int:
         kept = {name: record.status[name] for name in KEPT if name in record.status}
         watermark = stage_events(store, record, reported_events(jobs, record))
         status = {**job_status(jobs, record), **kept, **watermark}
+        if key.kind == "TrainingJob":
+            outputs = jobs.files(key.project, key.name).outputs
+            status = exported_status(record, status, outputs, project=project, store=store)
         if write_status(store, record, status):
             changed += 1
     return changed

@@ -9,7 +9,9 @@ through the attempt API (`spec.environmentTasks: AttemptAPI`; "older runtimes ar
 acquisition"); parameters are merged over the runtime's defaults and checked against its JSON Schema, and a
 typo such as `learning_rate` is rejected with the field path (and "did you mean 'learningRate'?" when the
 schema has a name close to it); the model is the job's or the runtime's default, pinned to a 40-character
-revision. Every refusal's message starts with the field it is about (`spec.runtime: ...`), which `field`
+revision; a run that exports (`spec.exportTo.volume`) names a ReadWriteOnce Volume of its project that exists
+(Ready or not yet: the export waits for it) and a runtime that declares an output at `/nodus/outputs`. Every
+refusal's message starts with the field it is about (`spec.runtime: ...`), which `field`
 holds too, so `nodus plan` and `apply` can print one located line per problem.
 """
 
@@ -78,8 +80,13 @@ def merge(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> JSONObje
     return merged
 
 
-def admit(job: JSONObject, runtime: JSONObject | None, environments: Mapping[ResourceKey, JSONObject]) -> Admission:
-    """Admit or refuse `job` (its normalised document) given its runtime's document and the Environments."""
+OUTPUTS_PATH = "/nodus/outputs"
+"""The output a runtime must declare for `spec.exportTo`: the folder whose files are exported."""
+
+
+def admit(job: JSONObject, runtime: JSONObject | None, known: Mapping[ResourceKey, JSONObject]) -> Admission:
+    """Admit or refuse `job` (its normalised document) given its runtime's document and the Environments and
+    Volumes known (`known`, by key: the store's and the plan's)."""
     spec = job["spec"]
     key = runtime_key(job)
     if runtime is None:
@@ -92,7 +99,7 @@ def admit(job: JSONObject, runtime: JSONObject | None, environments: Mapping[Res
     reference = environment_ref(job)
     if reference is not None:
         env_key, version = reference
-        found = environments.get(env_key)
+        found = known.get(env_key)
         if found is None:
             detail = f"Environment {env_key.project}/{env_key.name} does not exist"
             return _refused("EnvironmentNotFound", "spec.environment.name", detail, key)
@@ -114,7 +121,33 @@ def admit(job: JSONObject, runtime: JSONObject | None, environments: Mapping[Res
     if model and model.get("uri") and "@" not in str(model["uri"]):
         where = "spec.model.uri" if spec.get("model") else f"runtime {key.name}: spec.defaultModel.uri"
         return _refused("ModelNotPinned", where, f"{model['uri']} names no 40-character revision", key)
+    export = _export_problem(job, runtime_spec, known)
+    if export is not None:
+        reason, path, detail = export
+        return _refused(reason, path, detail, key, environment=env_key)
     return Admission(True, parameters=parameters, runtime=key, environment=env_key, model=model)
+
+
+def _export_problem(
+    job: JSONObject, runtime_spec: JSONObject, known: Mapping[ResourceKey, JSONObject]
+) -> tuple[str, str, str] | None:
+    """(reason, field, detail) when `spec.exportTo` cannot be honoured; None when it can (or is not set)."""
+    export = job["spec"].get("exportTo")
+    if not export:
+        return None
+    project = str((job.get("metadata") or {}).get("project") or DEFAULT_PROJECT)
+    volume = known.get(ResourceKey("Volume", project, str(export["volume"])))
+    if volume is None:
+        return "VolumeNotFound", "spec.exportTo.volume", f"Volume {project}/{export['volume']} does not exist"
+    mode = (volume.get("spec") or {}).get("accessMode", "ReadWriteOnce")
+    if mode != "ReadWriteOnce":
+        detail = f"Volume {export['volume']} is {mode}; an export writes a new revision, so it must be ReadWriteOnce"
+        return "VolumeNotWritable", "spec.exportTo.volume", detail
+    paths = [str(output.get("path")) for output in runtime_spec.get("outputs") or []]
+    if OUTPUTS_PATH not in paths:
+        detail = f"the runtime declares no output at {OUTPUTS_PATH} (spec.outputs), so there is nothing to export"
+        return "RuntimeLacksOutputs", "spec.exportTo", detail
+    return None
 
 
 def _refused(

@@ -19,6 +19,9 @@ ADMISSION_REASONS = frozenset(
         "RuntimeLacksAttemptAPI",
         "InvalidParameters",
         "ModelNotPinned",
+        "VolumeNotFound",
+        "VolumeNotWritable",
+        "RuntimeLacksOutputs",
     }
 )
 WARNING_PHASES = frozenset({"Failed", "Suspended"})
@@ -41,6 +44,12 @@ def conditions(kind: str, status: JSONObject) -> list[JSONObject]:
     found.append(_condition("Succeeded", phase == "Succeeded", reason if phase in ("Failed", "Cancelled") else "", ""))
     if phase == "Suspended":
         found.append(_condition("Suspended", True, reason, message))
+    export = status.get("export")
+    if isinstance(export, dict):
+        # The seeds' `Exported` condition: the exact Volume revision the outputs were committed to.
+        done = export.get("phase") == "Exported"
+        what = f"Volume {export.get('volume')} revision {export.get('revision')}" if done else export.get("message", "")
+        found.append(_condition("Exported", done, "" if done else str(export.get("reason", "")), str(what)))
     return found
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from nodus.errors import ConfigError
 from nodus.reconciler.controllers.admission import Admission, admit, runtime_key
+from nodus.reconciler.controllers.export import exported_status
 from nodus.reconciler.executor.job import EnvironmentSpec, JobSpec
 from nodus.reconciler.executor.local import LocalExecutor
 from nodus.reconciler.pricing.host_timing import measure, model_identity
@@ -49,7 +50,7 @@ def executor(project: Project) -> LocalExecutor:
     return LocalExecutor(project.jobs, record_wire=os.environ.get("NODUS_RECORD_WIRE") == "1")
 
 
-KEPT = ("source", "launchGeneration", "eventsSeenAt", "stageSeen", "price")
+KEPT = ("source", "launchGeneration", "eventsSeenAt", "stageSeen", "price", "export")
 """Status fields the controllers own, carried over when the job's status is copied in."""
 
 
@@ -69,8 +70,8 @@ def reconcile_trainingjob(
 ) -> tuple[JSONObject, str | None]:
     """The job's status after this pass, and the launch key if this pass launched it."""
     runtime = store.get(runtime_key(record.spec))
-    environments = {r.key: r.spec for r in store.list("Environment")}
-    verdict = admit(record.spec, runtime.spec if runtime else None, environments)
+    known = {r.key: r.spec for kind in ("Environment", "Volume") for r in store.list(kind)}
+    verdict = admit(record.spec, runtime.spec if runtime else None, known)
     if not verdict.admitted:
         return {"phase": "Failed", "reason": verdict.reason, "message": verdict.message}, None
     environment = store.get(verdict.environment) if verdict.environment else None
@@ -104,6 +105,8 @@ def reconcile_trainingjob(
         _follow_cap(jobs, record, spec)
     jobs.launch(spec)
     status = {**job_status(jobs, record), "launchGeneration": launch_generation(record), "price": price.to_status()}
+    outputs = jobs.files(record.key.project, record.key.name).outputs
+    status = exported_status(record, status, outputs, project=project, store=store)
     return status, (launch_key(record) if new else None)
 
 

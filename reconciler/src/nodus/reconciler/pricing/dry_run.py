@@ -127,12 +127,12 @@ def _job_document(
 ) -> JSONObject:
     job = item.document
     runtime = _document(runtime_key(job), documents, context)
-    environments = {
+    known = {
         key: document
         for key, document in [*((r.key, r.spec) for r in context.records), *documents.items()]
-        if key.kind == "Environment"
+        if key.kind in ("Environment", "Volume")
     }
-    verdict = admit(job, runtime, environments)
+    verdict = admit(job, runtime, known)
     if not verdict.admitted and not any(entry["reason"] == verdict.reason for entry in blocking):
         blocking.insert(0, {"reason": verdict.reason, "message": verdict.message})
     estimate = estimate_job(

@@ -37,7 +37,18 @@ def result_lines(status: Mapping[str, Any]) -> list[str]:
     timing = status.get("timing")
     if isinstance(timing, Mapping):
         lines.append(f"{'Timing:':<15}{_timing(timing)}")
+    export = status.get("export")
+    if isinstance(export, Mapping):
+        lines.append(f"{'Exported:':<15}{_export(export)}")
     return lines
+
+
+def _export(export: Mapping[str, Any]) -> str:
+    if export.get("phase") == "Exported":
+        return f"Volume {export.get('volume')} revision {export.get('revision')} ({export.get('files')} files)"
+    if export.get("phase") == "Pending":
+        return f"waiting: {export.get('message')}"
+    return f"failed ({export.get('reason')}): {export.get('message')}; the outputs stay downloadable (nodus cp)"
 
 
 def _timing(timing: Mapping[str, Any]) -> str:

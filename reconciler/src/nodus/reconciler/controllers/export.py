@@ -1,0 +1,132 @@
+"""`spec.exportTo`: a succeeded run's outputs copied into a new revision of a ReadWriteOnce Volume.
+
+Who calls it: the TrainingJob controller (`nodus apply`) and `nodus.reconciler.refresh` (`nodus get`,
+`describe`, `wait`), through `exported_status`, once the job has Succeeded. Admission
+(`nodus.reconciler.controllers.admission`) has already checked that the Volume exists in the job's project, is
+ReadWriteOnce, and that the runtime declares an output at `/nodus/outputs`.
+
+What it does, as the seeds say: every file the trainer wrote under its outputs is committed to the Volume as
+its next revision (`.nodus/volumes/<project>/<name>/rev<N>/`, read-only, with a sha256 per file), and the
+TrainingJob's `status.export` (shown as the `Exported` condition) records that exact revision. A symbolic link
+in the outputs is refused, not followed. A Volume not Ready yet is waited for (`Pending`, tried again at the
+next look); a failed copy (a link, `spec.size` exceeded) leaves the run Succeeded with its files still
+downloadable as outputs (`nodus cp`), and the condition says why.
+
+Once only: the Volume folder's lock is held while the TrainingJob's record is read again, so two processes
+looking at the same finished run (a `nodus get` beside a `nodus wait`) commit one revision between them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+from nodus.reconciler.controllers.volume import MANIFEST, import_tree, volume_path
+from nodus.reconciler.executor.job import locked
+from nodus.reconciler.project import Project
+from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore
+
+EXPORTED = "Exported"
+PENDING = "Pending"
+FAILED = "Failed"
+
+
+def exported_status(
+    record: ResourceRecord, status: JSONObject, outputs: Path, *, project: Project, store: StateStore
+) -> JSONObject:
+    """`status` with its `export` field: kept when this generation's export is done (or failed), else the
+    export carried out now. Unchanged for a job without `spec.exportTo` or that has not Succeeded."""
+    target = (record.spec.get("spec") or {}).get("exportTo")
+    if not target or status.get("phase") != "Succeeded":
+        return status
+    generation = int(record.status.get("launchGeneration") or record.generation)
+    previous = record.status.get("export")
+    if isinstance(previous, dict) and previous.get("generation") == generation and previous.get("phase") != PENDING:
+        return {**status, "export": previous}
+    volume_key = ResourceKey("Volume", record.key.project, str(target["volume"]))
+    lock = project.files.root / "volumes" / volume_key.project / f".{volume_key.name}.lock"
+    with locked(lock):
+        current = store.get(record.key)
+        done = (current.status if current else {}).get("export")
+        if isinstance(done, dict) and done.get("generation") == generation and done.get("phase") != PENDING:
+            return {**status, "export": done}
+        export = _export(record, outputs, volume_key, project=project, store=store)
+    return {**status, "export": {**export, "volume": volume_key.name, "generation": generation}}
+
+
+def _export(
+    record: ResourceRecord, outputs: Path, volume_key: ResourceKey, *, project: Project, store: StateStore
+) -> JSONObject:
+    volume = store.get(volume_key)
+    if volume is None:
+        return _failed("VolumeNotFound", f"Volume {volume_key.project}/{volume_key.name} does not exist")
+    if volume.status.get("phase") != "Ready":
+        message = f"Volume {volume_key.name} is {volume.status.get('phase', 'Pending')}; the export waits for it"
+        return {"phase": PENDING, "reason": "VolumeNotReady", "message": message}
+    links = _links(outputs)
+    if links:
+        shown = ", ".join(links[:3]) + (f" and {len(links) - 3} more" if len(links) > 3 else "")
+        return _failed("SymlinkRejected", f"the outputs hold symbolic links ({shown}); nothing was exported")
+    revision = int(volume.status.get("revision") or 0) + 1
+    folder = volume_path(project, volume, revision)
+    if (folder / MANIFEST).is_file():  # a copy an interrupted export finished but did not record: not reused
+        _remove(folder)
+    started = time.monotonic()
+    manifest = import_tree(outputs, folder, allowed=outputs)
+    limit = _limit(volume)
+    if limit is not None and int(manifest["sizeBytes"]) > limit:
+        _remove(folder)
+        message = f"{manifest['sizeBytes']} bytes is more than Volume {volume_key.name}'s spec.size"
+        return _failed("SizeExceeded", message)
+    store.set_status(
+        volume_key,
+        {
+            **volume.status,
+            "revision": revision,
+            "files": len(manifest["files"]),
+            "sizeBytes": manifest["sizeBytes"],
+            "path": str(folder),
+            "exportedFrom": f"TrainingJob/{record.key.name}",
+        },
+    )
+    return {
+        "phase": EXPORTED,
+        "revision": revision,
+        "files": len(manifest["files"]),
+        "sizeBytes": manifest["sizeBytes"],
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+def _failed(reason: str, message: str) -> JSONObject:
+    return {"phase": FAILED, "reason": reason, "message": message}
+
+
+def _links(folder: Path) -> list[str]:
+    found = []
+    for current, dirs, names in os.walk(folder):
+        for name in [*dirs, *names]:
+            path = Path(current) / name
+            if path.is_symlink():
+                found.append(path.relative_to(folder).as_posix())
+    return sorted(found)
+
+
+def _limit(volume: ResourceRecord) -> int | None:
+    size = (volume.spec.get("spec") or {}).get("size")
+    if size is None:
+        return None
+    from nodus.specs.types import parse_quantity
+
+    return int(parse_quantity(size))
+
+
+def _remove(folder: Path) -> None:
+    """A revision folder is read-only (`import_tree`): make it writable, then delete it."""
+    for current, _dirs, names in os.walk(folder):
+        Path(current).chmod(0o755)
+        for name in names:
+            (Path(current) / name).chmod(0o644)
+    shutil.rmtree(folder)
