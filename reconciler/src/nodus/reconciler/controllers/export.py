@@ -23,7 +23,7 @@ import shutil
 import time
 from pathlib import Path
 
-from nodus.reconciler.controllers.volume import MANIFEST, import_tree, volume_path
+from nodus.reconciler.controllers.volume import MANIFEST, import_tree, make_writable, size_bytes, volume_path
 from nodus.reconciler.executor.job import locked
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore
@@ -75,7 +75,7 @@ def _export(
         _remove(folder)
     started = time.monotonic()
     manifest = import_tree(outputs, folder, allowed=outputs)
-    limit = _limit(volume)
+    limit = size_bytes((volume.spec.get("spec") or {}).get("size"))
     if limit is not None and int(manifest["sizeBytes"]) > limit:
         _remove(folder)
         message = f"{manifest['sizeBytes']} bytes is more than Volume {volume_key.name}'s spec.size"
@@ -114,19 +114,7 @@ def _links(folder: Path) -> list[str]:
     return sorted(found)
 
 
-def _limit(volume: ResourceRecord) -> int | None:
-    size = (volume.spec.get("spec") or {}).get("size")
-    if size is None:
-        return None
-    from nodus.specs.types import parse_quantity
-
-    return int(parse_quantity(size))
-
-
 def _remove(folder: Path) -> None:
     """A revision folder is read-only (`import_tree`): make it writable, then delete it."""
-    for current, _dirs, names in os.walk(folder):
-        Path(current).chmod(0o755)
-        for name in names:
-            (Path(current) / name).chmod(0o644)
+    make_writable(folder)
     shutil.rmtree(folder)

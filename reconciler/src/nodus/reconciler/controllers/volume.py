@@ -75,7 +75,7 @@ def import_tree(source: Path, target: Path, *, allowed: Path | None = None) -> J
         return recorded
     partial = target.with_name(target.name + ".partial")
     if partial.exists():
-        _make_writable(partial)
+        make_writable(partial)
         shutil.rmtree(partial)
     files: dict[str, Any] = {}
     root = (allowed or source).resolve()
@@ -146,7 +146,7 @@ def reconcile_volume(record: ResourceRecord, *, project: Project, spec_file: Pat
             return {"phase": "Failed", "reason": "SourceMissing", "message": f"{found} is not a folder"}
     target = volume_path(project, record, 1)
     manifest = import_tree(found, target, allowed=found.parents[1] if source.get("uri") else None)
-    limit = _quantity(spec.get("size"))
+    limit = size_bytes(spec.get("size"))
     if limit is not None and manifest["sizeBytes"] > limit:
         return {
             "phase": "Failed",
@@ -162,7 +162,8 @@ def reconcile_volume(record: ResourceRecord, *, project: Project, spec_file: Pat
     }
 
 
-def _quantity(value: Any) -> int | None:
+def size_bytes(value: Any) -> int | None:
+    """A Volume's `spec.size` in bytes (None: unbounded)."""
     if value is None:
         return None
     from nodus.specs.types import parse_quantity
@@ -182,7 +183,8 @@ def _make_read_only(folder: Path) -> None:
     folder.chmod(0o555)
 
 
-def _make_writable(folder: Path) -> None:
+def make_writable(folder: Path) -> None:
+    """Undo `_make_read_only` (an import is read-only), so the folder can be replaced or deleted."""
     for current, _dirs, names in os.walk(folder):
         Path(current).chmod(0o755)
         for name in names:
