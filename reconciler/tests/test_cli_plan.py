@@ -167,7 +167,13 @@ def test_get_shows_the_change_and_describe_the_comparison(project: Path) -> None
                 "comparison": {"comparable": True, "changePoints": 29.7, "tasks": 63},
             },
             "diagnostics": {"rewardSignal": {"groups": 120, "flatGroups": 30}},
-            "timing": {"steps": 60, "stepSeconds": 0.3312, "evaluationTaskSeconds": 0.0207, "fixedSeconds": 6.82},
+            "timing": {
+                "steps": 60,
+                "stepSeconds": 0.3312,
+                "evaluationTaskSeconds": 0.0207,
+                "fixedSeconds": 6.82,
+                "seconds": 29.3,
+            },
         }
         store.set_status(key, status)
     finally:

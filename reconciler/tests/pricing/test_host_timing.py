@@ -118,6 +118,7 @@ def test_the_median_of_the_newest_runs_of_the_same_shape() -> None:
     assert found is not None and found.runs == RECENT_RUNS  # the oldest (0.9 s) is left out, the other shape too
     assert found.step_seconds == pytest.approx(0.3)
     assert host_timing([other], SHAPE) is None
+    assert host_timing([{"generation": 1}], SHAPE) is None  # a run that could not be measured
 
 
 def test_the_estimate_of_a_cpu_run_prefers_this_hosts_figures() -> None:

@@ -321,9 +321,11 @@ def job_status(jobs: LocalExecutor, record: ResourceRecord) -> JSONObject:
         timing = record.status.get("timing")
         if not (isinstance(timing, dict) and timing.get("generation") == raw.get("generation")):
             model = model_identity(record.spec["spec"].get("model"))
+            # A run that cannot be measured (resumed: its stages span attempts) is recorded as such, so its
+            # events are not read again at every look.
             timing = measure(jobs.files(record.key.project, record.key.name), raw, model)
-        if timing:
-            status["timing"] = timing  # measured once: later estimates of this shape on this host use it
+            timing = timing or {"generation": raw.get("generation")}
+        status["timing"] = timing  # measured once: later estimates of this shape on this host use it
     return status
 
 

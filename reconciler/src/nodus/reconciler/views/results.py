@@ -35,7 +35,7 @@ def result_lines(status: Mapping[str, Any]) -> list[str]:
         if signal.get("warning"):
             lines.append(f"{'Warning:':<15}{signal['warning']}")
     timing = status.get("timing")
-    if isinstance(timing, Mapping):
+    if isinstance(timing, Mapping) and timing.get("seconds") is not None:
         lines.append(f"{'Timing:':<15}{_timing(timing)}")
     export = status.get("export")
     if isinstance(export, Mapping):
