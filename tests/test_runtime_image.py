@@ -149,6 +149,8 @@ def test_the_trainer_runs_in_its_image_with_only_the_contract(project: Path) -> 
     assert (outputs / "adapter" / "weights.bin").stat().st_size == 4096
     assert json.loads((outputs / "results.json").read_text())["steps"] == 4
     assert containers(project) == []  # --rm
+    code, output = nodus("logs", "tj/boxed")  # the container's output reaches the job's log
+    assert code == 0 and "echo-trainer: done" in output, output
 
 
 def test_cancelling_stops_and_removes_the_container(project: Path) -> None:
