@@ -78,22 +78,21 @@ spec:
 """
 
 
-def test_get_lists_what_git_has_and_the_store_does_not_as_missing(
-    service: Path, git_repo: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("COLUMNS", "200")  # every wide column, untruncated
+def test_get_lists_what_git_has_and_the_store_does_not_as_missing(service: Path, git_repo: Any) -> None:
     git_repo.commit("a job whose runtime does not exist", {"secret.yaml": SECRET, "job.yaml": TYPO_JOB})
     code, output = nodus("controller", "--repo", str(git_repo.folder), "--once")
     assert code == 1 and "no-such-runtime" in output, output
-    code, output = nodus("get", "tj", "-o", "wide")
+    code, output = nodus("get", "tj", "-o", "json")
     assert code == 0, output
-    row = next(line.split() for line in output.splitlines() if line.startswith("typo"))
-    assert row[2] == "Missing" and row[-3:-1] == ["OutOfSync", "Missing"], output  # PHASE, SYNC, HEALTH
-    code, output = nodus("get", "tj")
-    assert code == 0 and "typo" in output and "Missing" in output  # the seeds' columns show it too
-    code, output = nodus("get", "tj", "typo", "-o", "json")
     document = json.loads(output)
-    assert document["sync"]["health"] == "Missing" and document["sync"]["outcome"] == "Failed"
-    assert "no-such-runtime" in document["sync"]["message"]
+    assert document["metadata"]["name"] == "typo" and document["status"] == {}, document
+    sync = document["sync"]
+    assert (sync["status"], sync["health"], sync["outcome"]) == ("OutOfSync", "Missing", "Failed"), sync
+    assert "no-such-runtime" in sync["message"]
+    code, output = nodus("get", "tj")
+    rows = [line.split() for line in output.splitlines()[1:]]
+    assert code == 0 and [row[0] for row in rows] == ["typo"] and "Missing" in rows[0], output  # PHASE
+    code, output = nodus("get", "tj", "typo", "-o", "jsonpath={.sync.health}")
+    assert code == 0 and output.strip() == "Missing", output
     code, output = nodus("get", "tj", "-n", "elsewhere")
-    assert code == 0 and "typo" not in output
+    assert code == 0 and "typo" not in output, output
