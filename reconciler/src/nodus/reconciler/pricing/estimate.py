@@ -378,21 +378,14 @@ class _Estimator:
         if not isinstance(steps, int) or isinstance(steps, bool):
             self.unpriced.append(Unpriced("training", f"runtime {self.runtime_name} has no steps parameter to count"))
             return None
-        if host is not None and host.step_seconds is not None:
-            self.timed_on = CPU
-            seconds = host.step_seconds
-            self.basis.append(
-                f"training: {steps} steps x {seconds:g} s ({host.describe()}) = {_seconds(steps * seconds)}"
-            )
-            return steps * seconds
-        figure = _slowest(measured.get("stepSeconds") or {}, keys)
+        figure = _figure(measured.get("stepSeconds"), keys, host, host.step_seconds if host else None)
         if figure is None:
             reason = f"{steps} steps: runtime {self.runtime_name} has no measured seconds per step"
             self.unpriced.append(Unpriced("training", f"{reason} for {', '.join(keys)}; set spec.expectedDuration"))
             return None
-        key, seconds = figure
+        key, source, seconds = figure
         self.timed_on = key
-        line = f"training: {steps} steps x {seconds:g} s ({key}) = {_seconds(steps * seconds)}"
+        line = f"training: {steps} steps x {seconds:g} s ({source}) = {_seconds(steps * seconds)}"
         if len(keys) > 1:
             line += "; the slowest allowed type with a measured time"
         self.basis.append(line)
@@ -405,22 +398,16 @@ class _Estimator:
             if what:
                 self.basis.append(f"evaluation: {what}")
             return 0.0
-        if host is not None and host.evaluation_task_seconds is not None:
-            self.timed_on = self.timed_on or CPU
-            seconds = host.evaluation_task_seconds
-            line = (
-                f"evaluation: {tasks} tasks ({what}) x {seconds:g} s ({host.describe()}) = {_seconds(tasks * seconds)}"
-            )
-            self.basis.append(line)
-            return tasks * seconds
-        figure = _slowest(measured.get("evaluationTaskSeconds") or {}, keys)
+        per_task = host.evaluation_task_seconds if host else None
+        figure = _figure(measured.get("evaluationTaskSeconds"), keys, host, per_task)
         if figure is None:
             reason = f"{tasks} tasks ({what}): runtime {self.runtime_name} has no measured seconds per task"
             self.unpriced.append(Unpriced("evaluation", f"{reason} for {', '.join(keys)}"))
             return None
-        key, seconds = figure
+        key, source, seconds = figure
         self.timed_on = self.timed_on or key
-        self.basis.append(f"evaluation: {tasks} tasks ({what}) x {seconds:g} s ({key}) = {_seconds(tasks * seconds)}")
+        line = f"evaluation: {tasks} tasks ({what}) x {seconds:g} s ({source}) = {_seconds(tasks * seconds)}"
+        self.basis.append(line)
         return tasks * seconds
 
     def _evaluation_tasks(self) -> tuple[int, str]:
@@ -505,6 +492,17 @@ def _fits(match: Mapping[str, Any], parameters: int | None, method: str, quantiz
         return True, True
     largest = parse_count(str(limit))
     return (largest is not None and parameters <= largest), False
+
+
+def _figure(
+    figures: Mapping[str, Any] | None, keys: list[str], host: HostTiming | None, host_seconds: float | None
+) -> tuple[str, str, float] | None:
+    """(type timed on, where the figure comes from, seconds): this host's own figure when it has one (a CPU run,
+    `host` given only then), else the runtime's figure of the slowest allowed type."""
+    if host is not None and host_seconds is not None:
+        return CPU, host.describe(), host_seconds
+    found = _slowest(figures or {}, keys)
+    return None if found is None else (found[0], found[0], found[1])
 
 
 def _slowest(figures: Mapping[str, Any], keys: list[str]) -> tuple[str, float] | None:
