@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -30,9 +31,16 @@ ECHO_TRAINER = REPO / "reconciler" / "tests" / "executor" / "runtimes" / "echo_t
 PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
 HOST_SECRET = "NODUS_TEST_HOST_ONLY"
 PROBE = """\
-import json, os, runpy, sys
+import json, os, runpy, socket, sys
+def reach(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return "connected"
+    except OSError as error:
+        return type(error).__name__
 seen = {
     "interfaces": sorted(os.listdir("/sys/class/net")),
+    "hostListener": reach(int(os.environ["HOST_PORT"])),
     "environment": {k: v for k, v in os.environ.items() if k.startswith("NODUS_") or k == "JOB_SETTING"},
     "uid": os.getuid(),
     "hostname": os.uname().nodename,
@@ -50,7 +58,7 @@ spec:
   command: [python3, /opt/echo/probe.py]
   tasks: [GRPO]
   environmentTasks: AttemptAPI
-  env: {{JOB_SETTING: from-the-runtime}}
+  env: {{JOB_SETTING: from-the-runtime, HOST_PORT: "{port}"}}
   parameterSchema:
     type: object
     additionalProperties: false
@@ -96,10 +104,22 @@ def trainer_image(base_reference: str, tmp_path_factory: pytest.TempPathFactory)
 
 
 @pytest.fixture
-def project(tmp_path: Path, base_reference: str, trainer_image: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+def listener() -> Iterator[socket.socket]:
+    """A listener on 127.0.0.1 in the host's namespace: the trainer's container must not reach it."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def project(
+    tmp_path: Path, base_reference: str, trainer_image: str, listener: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> Path:
     root = tmp_path / "project"
     shutil.copytree(REPO / "catalog" / "arithmetic", root / "arithmetic", ignore=shutil.ignore_patterns("tests"))
-    (root / "runtime.yaml").write_text(RUNTIME.format(image=trainer_image))
+    (root / "runtime.yaml").write_text(RUNTIME.format(image=trainer_image, port=listener.getsockname()[1]))
     flags = ["--network", "none", "--base", base_reference, "--lock", str(root / "nodus.lock")]
     with pytest.raises(SystemExit) as exited:
         nodus_build([str(root / "arithmetic"), *flags, "--state-dir", str(root / ".nodus"), "--json"])
@@ -136,6 +156,7 @@ def test_the_trainer_runs_in_its_image_with_only_the_contract(project: Path) -> 
     outputs = project / ".nodus" / "jobs" / "default" / "boxed" / "outputs"
     seen = json.loads((outputs / "seen.json").read_text())
     assert seen["interfaces"] == ["lo"]  # --network=none: the socket is the only way out
+    assert seen["hostListener"] == "ConnectionRefusedError"  # the container's 127.0.0.1 is its own
     environment = seen["environment"]
     assert environment["NODUS_INPUT_PARAMS"] == "/nodus/input" and environment["NODUS_STATE_DIR"] == "/nodus/state"
     assert environment["NODUS_OUTPUT_DIR"] == "/nodus/outputs"
