@@ -14,13 +14,12 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, TextIO
 
 from nodus.errors import ConfigError
 from nodus.recipes.apply import Options
-from nodus.reconciler.executor.job import JobFiles, file_sha256
+from nodus.reconciler.executor.job import JobFiles, file_sha256, json_objects, read_jsonl
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import ResourceKey
 
@@ -188,7 +187,7 @@ class Run:
         if outcome is not None and outcome not in set(OUTCOMES.values()):
             raise ConfigError(f"outcome={outcome!r}: an outcome is Passed, Failed or Unscored")
         last: dict[tuple[str, str], Record] = {}
-        for record in _lines(self.files.gradings_log):
+        for record in read_jsonl(self.files.gradings_log):
             task, verdict = record.get("taskId"), record.get("verdict")
             if not isinstance(task, str) or verdict not in OUTCOMES:
                 continue
@@ -222,19 +221,6 @@ def _status(project: Project, key: ResourceKey) -> Record:
     return Record(record.status)
 
 
-def _lines(path: Path) -> Iterator[dict[str, Any]]:
-    """The JSON objects of a JSON-lines log (a line being written at the end is skipped)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return
-    for line in text.splitlines():
-        with contextlib.suppress(ValueError):
-            record = json.loads(line)
-            if isinstance(record, dict):
-                yield record
-
-
 class _Tail:
     """The complete lines appended to a JSON-lines file since the last read."""
 
@@ -254,13 +240,7 @@ class _Tail:
             self.offset = 0  # a new generation of the job started the log again
             return self.read()
         self.offset += len(complete)
-        records = []
-        for line in complete.decode("utf-8", errors="replace").splitlines():
-            with contextlib.suppress(ValueError):
-                record = json.loads(line)
-                if isinstance(record, dict):
-                    records.append(record)
-        return records
+        return list(json_objects(complete.decode("utf-8", errors="replace").splitlines()))
 
 
 def _show_status(status: Record, shown: dict[str, Any], out: TextIO) -> None:

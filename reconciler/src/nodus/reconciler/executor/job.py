@@ -36,7 +36,7 @@ import re
 import signal
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -373,6 +373,27 @@ def read_json(path: Path) -> dict[str, Any] | None:
     if not isinstance(document, dict):
         raise PermanentError(f"{path} holds a JSON {type(document).__name__}, not an object")
     return document
+
+
+def json_objects(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+    """The JSON objects among `lines` (a JSON-lines log); a line that is not one, such as the last line of a
+    writer killed mid-write, is skipped."""
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            yield record
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a JSON-lines log (none when it does not exist yet), read at the first `next`."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return
+    yield from json_objects(text.splitlines())
 
 
 def append_jsonl(path: Path, record: object) -> None:

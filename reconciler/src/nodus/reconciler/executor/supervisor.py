@@ -77,6 +77,7 @@ from .job import (
     JobSpec,
     append_jsonl,
     grading_from_json,
+    json_objects,
     log_tail,
     manifest_of,
     private_socket_dir,
@@ -498,13 +499,8 @@ def read_tally(path: Path) -> GradingTally:
     """
     tally = GradingTally()
     with contextlib.suppress(FileNotFoundError), path.open(encoding="utf-8") as log:
-        for line in log:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                tally.add(record)
+        for record in json_objects(log):
+            tally.add(record)
     return tally
 
 

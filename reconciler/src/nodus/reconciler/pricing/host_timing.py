@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nodus.reconciler.executor.job import JobFiles
+from nodus.reconciler.executor.job import JobFiles, read_jsonl
 
 JSONObject = dict[str, Any]
 
@@ -121,20 +121,11 @@ def measure(files: JobFiles, status: Mapping[str, Any], model: str) -> JSONObjec
 
 
 def read_events(path: Path) -> list[JSONObject]:
-    """The events log of a job (`logs/events.jsonl`); a torn last line is skipped."""
-    found: list[JSONObject] = []
+    """The events log of a job (`logs/events.jsonl`); a torn last line is skipped, an unreadable log is empty."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        return list(read_jsonl(path))
     except OSError:
-        return found
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            found.append(event)
-    return found
+        return []
 
 
 @dataclass(frozen=True)
