@@ -83,3 +83,8 @@ def test_rl_train_runs_the_reward_through_the_platform(
     result = CliRunner().invoke(cli, ["get", "env"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert len([line for line in result.output.splitlines() if line.startswith("reward-")]) == 1, result.output
+    # The second run is not needed further: cancel it, so no trainer outlives the test (a later test that times
+    # training on this machine would measure it too).
+    result = CliRunner().invoke(cli, ["cancel", f"tj/{again.name}"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert again.wait(timeout=120).phase in ("Cancelled", "Succeeded")  # ended either way; Succeeded if it was quicker
