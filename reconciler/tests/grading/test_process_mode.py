@@ -137,7 +137,7 @@ def test_without_root_the_grader_keeps_our_uid_in_a_user_namespace_and_says_so(
     home = Path(tempfile.mkdtemp(prefix="nodus-grading-user-"))
     try:
         os.chown(home, uid, uid)
-        sources = [REPO / "reconciler" / "src", REPO / "specs" / "src", REPO / "images" / "env-base" / "src"]
+        sources = [REPO / name / "src" for name in ("reconciler", "builder", "specs", "images/env-base")]
         argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", str(python), "-c", NOT_ROOT]
         argv += [str(tiny_env.paths[0]), str(home / "stage"), str(listener)]
         environment = {"PATH": "/usr/bin:/bin", "HOME": str(home), "PYTHONPATH": ":".join(map(str, sources))}

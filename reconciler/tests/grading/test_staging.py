@@ -93,3 +93,58 @@ def test_only_the_grader_uid_can_read_the_staged_answers(tmp_path: Path) -> None
         assert denied.returncode != 0 and "Permission denied" in denied.stderr
     finally:
         os.close(handle)
+
+
+def test_a_project_folder_stages_only_the_files_nodus_build_packages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quickstart's package is its project folder (`path: .`): the stage must not take the state folder (its
+    database, job folders and live sockets made process-mode grading fail with ENXIO), the lock, the resource
+    files, version control, caches, sockets or FIFOs, and must be the builder's file set exactly."""
+    import socket
+
+    from nodus.builder.plan import package_files
+
+    project = tmp_path / "quickstart"
+    (project / "data").mkdir(parents=True)
+    (project / "reverse_words.py").write_text("def tasks(split): return []\n")
+    (project / "data" / "words.txt").write_text("abc\n")
+    (project / "environment.yaml").write_text("apiVersion: nodus.dev/v1\nkind: Environment\n")
+    (project / "trainingjob.yaml").write_text('{"apiVersion": "nodus.dev/v1beta1", "kind": "TrainingJob"}\n')
+    (project / "other.yaml").write_text("name: a config the environment reads\n")
+    (project / "nodus.lock").write_text("lockfileVersion: 1\n")
+    (project / "latest").symlink_to("data/words.txt")
+    for folder in (".nodus/jobs/default/quickstart", ".git", ".pytest_cache", "__pycache__"):
+        (project / folder).mkdir(parents=True)
+    (project / ".nodus" / "state.db").write_bytes(b"SQLite")
+    (project / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    os.mkfifo(project / "a-fifo")
+    listener, stray = socket.socket(socket.AF_UNIX), socket.socket(socket.AF_UNIX)
+    monkeypatch.chdir(project)  # socket paths are short relative ones: AF_UNIX paths have a 108-byte limit
+    listener.bind(".nodus/jobs/default/quickstart/attempt.sock")
+    stray.bind("stray.sock")
+    try:
+        staged = Stager(tmp_path / "stage", None).stage(EnvironmentRef("reverse-words", "1.0.0", paths=(project,)))
+    finally:
+        listener.close()
+        stray.close()
+    copy = staged.dirs[0]
+    listed = sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*") if not p.is_dir() or p.is_symlink())
+    expected = ["data/words.txt", "latest", "other.yaml", "reverse_words.py"]
+    assert listed == expected
+    assert package_files(project) == expected  # one file set for the image and the stage
+    assert (copy / "latest").is_symlink() and os.readlink(copy / "latest") == "data/words.txt"
+    assert not (copy / ".nodus").exists()
+
+
+def test_staging_never_changes_what_a_link_points_to(tmp_path: Path) -> None:
+    """Links are copied as links, as the image keeps them; making the stage private must not chmod through them."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the package's\n")
+    outside.chmod(0o644)
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "env.py").write_text("X = 1\n")
+    (package / "escape").symlink_to(outside)
+    Stager(tmp_path / "stage", None).stage(EnvironmentRef("demo", "1.0.0", paths=(package,)))
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o644

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from nodus.builder.oci import canonical_json, check_tag, sha256_digest
+from nodus.builder.package_files import package_files
 from nodus.errors import BuildError, ConfigError
 from nodus.specs.environment import Environment
 from nodus.specs.parse import parse_resources
@@ -59,10 +60,6 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 DEFAULT_SEEDS: tuple[int, ...] = (0, 42)
 DEFAULT_SPLITS: tuple[str, ...] = ("train", "test")
 
-# What a package folder holds that is never part of the package: caches, version control, a local
-# virtual environment and the package's own tests (they run at development time, not in the grader).
-SKIPPED_DIRS = frozenset({"__pycache__", ".git", ".venv", "tests"})
-SKIPPED_SUFFIXES = (".pyc",)
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 # `name==version --hash=sha256:...` as `uv pip compile --generate-hashes` writes it, one line per package
@@ -332,29 +329,6 @@ def plan(
         image=ImagePlan(tag, tuple(sorted(env.items())), tuple(sorted(labels.items()))),
         builder=builder_version,
     )
-
-
-def package_files(folder: Path, *, skip: Sequence[str] = ()) -> list[str]:
-    """The package's files, as sorted POSIX paths relative to `folder` (what the build copies in).
-
-    `skip` names further relative paths to leave out: the build passes the Environment's own spec file
-    when it lives in the package folder (`path: .`), since the spec's in-place fields must not change
-    the image.
-    """
-    if not folder.is_dir():
-        raise BuildError(f"package folder {folder} does not exist or is not a folder")
-    skipped = set(skip)
-    found: list[str] = []
-    for current, dirs, files in os.walk(folder):
-        # Pruned in place so os.walk never descends into skipped folders (a .venv can be large).
-        dirs[:] = [d for d in dirs if d not in SKIPPED_DIRS]
-        base = Path(current).relative_to(folder)
-        for item in [*files, *(d for d in dirs if (Path(current) / d).is_symlink())]:
-            rel = (base / item).as_posix()
-            if item.endswith(SKIPPED_SUFFIXES) or rel in skipped:
-                continue
-            found.append(rel)
-    return sorted(found)
 
 
 def _file_records(folder: Path, files: Sequence[str]) -> Iterator[list[str]]:

@@ -7,6 +7,8 @@ Why copies: the environment's own files hold the answers, so they must belong to
 mount on this kernel's util-linux (no idmapped mounts), so the files are copied once per environment
 version and content, into `<stage_dir>/environments/<name>@<version>-<digest>/<i>/`. The stage folder
 itself is 0700 and owned by us, so no sandbox reaches a stage except through its own read-only bind mount.
+What is copied is exactly the file set nodus-build packages into the image (`nodus.builder.package_files`):
+never the project's `.nodus/` (state database, job folders, sockets), `.git/`, caches, sockets or FIFOs.
 Everything else a grader reads (interpreter, site folders, `nodus.env`) is bind-mounted, not copied: a
 Python home is hundreds of MiB (1 GB for this host's pyenv build, 9.5 s to copy), and the whole view of
 bind mounts costs about 10 ms per grader start.
@@ -23,11 +25,10 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodus.builder.package_files import package_files
 from nodus.errors import ConfigError, TemporaryError
 
 from .models import EnvironmentRef
-
-SKIPPED = ("__pycache__", ".git", ".mypy_cache", ".pytest_cache", ".ruff_cache")
 
 
 @dataclass(frozen=True)
@@ -39,14 +40,18 @@ class StagedEnvironment:
 
 
 def tree_digest(folders: tuple[Path, ...]) -> str:
-    """sha256 over every file's relative path, executable bit and content, folder by folder, sorted."""
+    """sha256 over every package file's relative path, kind (executable bit, or a link's target) and content,
+    folder by folder, sorted."""
     total = hashlib.sha256()
     for index, folder in enumerate(folders):
-        for path in _files(folder):
-            relative = path.relative_to(folder).as_posix()
-            executable = "x" if os.access(path, os.X_OK) else "-"
-            total.update(f"{index}\0{relative}\0{executable}\0".encode())
-            total.update(_file_sha256(path).encode())
+        for relative in package_files(folder):
+            path = folder / relative
+            if path.is_symlink():
+                kind, content = "link", hashlib.sha256(os.readlink(path).encode()).hexdigest()
+            else:
+                kind, content = ("x" if os.access(path, os.X_OK) else "-"), _file_sha256(path)
+            total.update(f"{index}\0{relative}\0{kind}\0".encode())
+            total.update(content.encode())
     return "sha256:" + total.hexdigest()
 
 
@@ -94,7 +99,7 @@ class Stager:
         scratch = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
         try:
             for index, folder in enumerate(folders):
-                shutil.copytree(folder, scratch / str(index), ignore=shutil.ignore_patterns(*SKIPPED))
+                _copy_package(folder, scratch / str(index))
             self._restrict(scratch)
             try:
                 os.rename(scratch, target)
@@ -113,21 +118,25 @@ class Stager:
                 mode = path.lstat().st_mode
                 if stat.S_ISDIR(mode):
                     os.chmod(path, 0o700)
-                else:
+                elif not stat.S_ISLNK(mode):  # a link's own mode means nothing, and chmod would follow it
                     os.chmod(path, 0o600 | (mode & 0o100))
                 if self.owner_uid is not None:
-                    os.chown(path, self.owner_uid, self.owner_uid)
+                    os.chown(path, self.owner_uid, self.owner_uid, follow_symlinks=False)
         os.chmod(top, 0o700)
         if self.owner_uid is not None:
             os.chown(top, self.owner_uid, self.owner_uid)
 
 
-def _files(folder: Path) -> list[Path]:
-    found: list[Path] = []
-    for current, subfolders, files in os.walk(folder, followlinks=True):  # copytree copies what links point to
-        subfolders[:] = sorted(d for d in subfolders if d not in SKIPPED)
-        found += [Path(current) / name for name in sorted(files)]
-    return found
+def _copy_package(folder: Path, target: Path) -> None:
+    """The package's files (links as links, as the image holds them) under `target`."""
+    target.mkdir()
+    for relative in package_files(folder):
+        source, copy = folder / relative, target / relative
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():
+            copy.symlink_to(os.readlink(source))
+        else:
+            shutil.copy2(source, copy)
 
 
 def _file_sha256(path: Path) -> str:
