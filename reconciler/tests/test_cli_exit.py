@@ -173,3 +173,33 @@ def test_piped_get_prints_whole_rows(project: Path) -> None:
     assert header.split() == ["NAME", "RUNTIME", "PHASE", "STAGE", "CHANGE", "COST", "AGE"]
     assert row.split()[:4] == [long_name, "nodus/grpo-lora", "Succeeded", "Evaluating"], out
     assert "…" not in out and len(row) > 80
+
+
+def test_apply_build_exits_1_naming_the_environment_whose_build_failed(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build itself is nodus-build's (its own tests make real builds fail); what apply does with a failed
+    one is this: the Environment is Failed/BuildFailed, the rest is applied, and the apply exits 1 naming it."""
+    from nodus.builder import build as builder
+
+    error = "reverse-words@1.0.0: the freeze step failed: SyntaxError: invalid syntax (reverse_words.py, line 49)"
+
+    def failing_build(paths: list[Path], **options: object) -> list[builder.BuildResult]:
+        return [builder.BuildResult("reverse-words", "1.0.0", str(paths[0]), "failed", error=error)]
+
+    monkeypatch.setattr(builder, "build_paths", failing_build)
+    quickstart(project)
+    code, out, err = nodus("apply", ".", "--build", "--yes")
+    assert code == 1, out + err
+    assert "Apply complete" not in out
+    assert f"Apply failed: Environment/reverse-words: BuildFailed: {error} (3 changed, 0 launched, " in err
+    assert "TrainingJob/quickstart: created" in err  # the others were applied
+
+    code, out, err = nodus("apply", ".", "--build", "--yes", "--wait", "--timeout", "45s")
+    assert code == 1 and "timed out" not in err, out + err
+    summary = err.splitlines()[-1]
+    assert summary.startswith(f"Wait failed: Environment/reverse-words: Failed: BuildFailed: {error}; ")
+    assert (
+        f"TrainingJob/quickstart: Pending: EnvironmentNotReady: Environment/reverse-words is Failed (BuildFailed: "
+        in (summary)
+    )
