@@ -200,6 +200,6 @@ def test_apply_build_exits_1_naming_the_environment_whose_build_failed(
     summary = err.splitlines()[-1]
     assert summary.startswith(f"Wait failed: Environment/reverse-words: Failed: BuildFailed: {error}; ")
     assert (
-        f"TrainingJob/quickstart: Pending: EnvironmentNotReady: Environment/reverse-words is Failed (BuildFailed: "
+        "TrainingJob/quickstart: Pending: EnvironmentNotReady: Environment/reverse-words is Failed (BuildFailed: "
         in (summary)
     )

@@ -166,7 +166,9 @@ def test_every_blocking_reason_is_listed_and_exits_1(project: Path) -> None:
         "unknown parameter; did you mean 'learningRate'?"
     )
     assert lines[1].endswith("spec.parameters.save_steps: unknown parameter; did you mean 'saveSteps'?")
-    assert lines[2].startswith("trainingjob.yaml:5: TrainingJob/quickstart: EnvironmentNotReady: spec.environment.name:")
+    assert lines[2].startswith(
+        "trainingjob.yaml:5: TrainingJob/quickstart: EnvironmentNotReady: spec.environment.name:"
+    )
     assert lines[3].startswith("trainingjob.yaml:5: TrainingJob/quickstart: ModelNotCached: spec.model.uri:")
     assert lines[4] == "Dry run blocked: 4 blocking reasons; nothing was applied"
 
