@@ -56,19 +56,21 @@ def reasons(document: dict[str, Any]) -> list[str]:
 
 def test_the_dry_run_prints_the_compiled_job_priced_and_writes_nothing(project: Path) -> None:
     annotate(project)
-    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run", "-o", "yaml")
-    assert code == 0, out
+    code, out, err = nodus("apply", "-f", "trainingjob.yaml", "--dry-run", "-o", "yaml")
+    assert code == 1, out  # not built, not cached: blocked
     (document,) = list(yaml.safe_load_all(out))
     assert document["kind"] == "Job" and document["metadata"] == {"name": "quickstart", "project": "default"}
     spec = document["spec"]
     assert spec["owner"] == "TrainingJob/quickstart"
     assert spec["command"][1:] == ["-m", "nodus.runtimes.grpo_lora"]
     assert spec["env"] == {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    assert "NODUS_ATTEMPT_API" in spec["platformEnv"]
-    assert spec["params"]["parameters"]["steps"] == 60 and spec["params"]["parameters"]["groupSize"] == 8
-    assert spec["params"]["runtime"]["name"] == "nodus/grpo-lora"
-    assert spec["resources"] == {"cpu": 2, "memory": "4Gi", "nodes": 1}
-    assert spec["pricePerHourUSD"] == "3.60" and spec["maxCostUSD"] == "1.00"
+    assert spec["resources"] == {"cpu": 2, "memory": "4Gi", "nodes": 1} and spec["maxCostUSD"] == "1.00"
+    # What the launch adds that no field of a Job holds is under status.compiled.
+    compiled = document["status"]["compiled"]
+    assert "NODUS_ATTEMPT_API" in compiled["platformEnv"]
+    assert compiled["params"]["parameters"]["steps"] == 60 and compiled["params"]["parameters"]["groupSize"] == 8
+    assert compiled["params"]["runtime"]["name"] == "nodus/grpo-lora"
+    assert compiled["pricePerHourUSD"] == "3.60"
 
     status = document["status"]
     assert status["dryRun"] is True and status["action"] == "create"
@@ -85,6 +87,11 @@ def test_the_dry_run_prints_the_compiled_job_priced_and_writes_nothing(project: 
     # Not built, not cached: both block it, and say what to do.
     assert reasons(document) == ["EnvironmentNotReady", "ModelNotCached"]
     assert "nodus apply --build" in document["status"]["blockingReasons"][0]["message"]
+    assert err.splitlines()[:2] == [
+        f"trainingjob.yaml:5: TrainingJob/quickstart: {entry['reason']}: {entry['message']}"
+        for entry in document["status"]["blockingReasons"]
+    ]
+    assert err.splitlines()[-1] == "Dry run blocked: 2 blocking reasons; nothing was applied"
     # Nothing written: no state folder, no store, no lease.
     assert not (project / ".nodus").exists()
 
@@ -96,7 +103,7 @@ def test_json_and_several_files_and_folders(project: Path) -> None:
     text = (project / "trainingjob.yaml").read_text().replace("name: quickstart", "name: second")
     (second / "second.yaml").write_text(text)
     code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "-f", "jobs", "--dry-run", "-o", "json")
-    assert code == 0, out
+    assert code == 1, out
     listed = json.loads(out)
     assert listed["kind"] == "List"
     assert [item["metadata"]["name"] for item in listed["items"]] == ["quickstart", "second"]
@@ -107,11 +114,11 @@ def test_json_and_several_files_and_folders(project: Path) -> None:
 def test_an_admission_refusal_and_a_low_cap_block_it(project: Path) -> None:
     annotate(project, **{"learningRate:": "learning_rate:"})
     code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run")
-    assert code == 0, out
+    assert code == 1, out
     (document,) = list(yaml.safe_load_all(out))
     assert reasons(document)[0] == "InvalidParameters"
     assert "did you mean 'learningRate'" in document["status"]["blockingReasons"][0]["message"]
-    assert "command" not in document["spec"]  # nothing compiles before it is admitted
+    assert "env" not in document["spec"] and "compiled" not in document["status"]  # nothing compiled: refused
 
     annotate(project, **{"learning_rate:": "learningRate:", 'maxCostUSD: "1.00"': 'maxCostUSD: "0.01"'})
     code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run")
@@ -122,7 +129,7 @@ def test_an_admission_refusal_and_a_low_cap_block_it(project: Path) -> None:
 
 def test_an_unknown_model_size_is_unpriced_not_free(project: Path) -> None:
     code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run")
-    assert code == 0, out
+    assert code == 1, out
     (document,) = list(yaml.safe_load_all(out))
     estimate = document["status"]["estimate"]
     assert estimate["costUSD"] is None and estimate["resources"] is None
@@ -134,16 +141,62 @@ def test_prices_from_a_file_and_the_project(project: Path, tmp_path: Path) -> No
     annotate(project, maxCostUSD="expectedDuration: 1h\n  maxCostUSD")
     (project / "prices.yaml").write_text('version: "team-3"\ncpu: {local: "1.00"}\n')
     code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run", "-o", "json")
-    assert code == 0, out
+    assert code == 1, out
     estimate = json.loads(out)["status"]["estimate"]
     # $NODUS_LOCAL_PRICE_PER_HOUR (3.60) still wins over the project's cpu.local.
     assert estimate["prices"]["version"] == "team-3" and estimate["costUSD"] == "3.60"
     flag = tmp_path / "flag.yaml"
     flag.write_text('version: "flag-1"\n')
     code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run", "-o", "json", "--prices", str(flag))
-    assert code == 0, out
+    assert code == 1, out
     prices = json.loads(out)["status"]["estimate"]["prices"]
     assert prices["version"] == "flag-1" and prices["overrides"][-2:] == [str(flag), "$NODUS_LOCAL_PRICE_PER_HOUR"]
+
+
+def test_every_blocking_reason_is_listed_and_exits_1(project: Path) -> None:
+    # Two parameter typos and an Environment that is not built: admission stops at the first; the dry run lists all.
+    annotate(project, **{"learningRate:": "learning_rate:", "saveSteps:": "save_steps:"})
+    code, out, err = nodus("apply", "-f", "trainingjob.yaml", "--dry-run")
+    assert code == 1, out
+    (document,) = list(yaml.safe_load_all(out))
+    assert reasons(document) == ["InvalidParameters", "InvalidParameters", "EnvironmentNotReady", "ModelNotCached"]
+    lines = err.splitlines()
+    assert lines[0] == (
+        "trainingjob.yaml:5: TrainingJob/quickstart: InvalidParameters: spec.parameters.learning_rate: "
+        "unknown parameter; did you mean 'learningRate'?"
+    )
+    assert lines[1].endswith("spec.parameters.save_steps: unknown parameter; did you mean 'saveSteps'?")
+    assert lines[2].startswith(
+        "trainingjob.yaml:5: TrainingJob/quickstart: EnvironmentNotReady: spec.environment.name:"
+    )
+    assert lines[3].startswith("trainingjob.yaml:5: TrainingJob/quickstart: ModelNotCached: spec.model.uri:")
+    assert lines[4] == "Dry run blocked: 4 blocking reasons; nothing was applied"
+
+
+@pytest.mark.parametrize("typo", [False, True])
+def test_the_printed_job_is_valid_input_to_validate(project: Path, typo: bool) -> None:
+    annotate(project, **({"learningRate:": "learning_rate:"} if typo else {}))
+    _, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run")
+    (project / "compiled.yaml").write_text(out)
+    code, said, err = nodus("validate", "compiled.yaml")
+    assert code == 0, said + err
+    assert "1 valid resource (1 Job)" in said + err
+
+
+def test_a_dry_run_with_nothing_blocking_exits_0(project: Path, tmp_path: Path) -> None:
+    """A job on no Environment and no model, under its cap: nothing blocks it."""
+    (project / "runtime.yaml").write_text(
+        "apiVersion: nodus.dev/v1beta1\nkind: TrainingRuntime\nmetadata: {name: plain}\n"
+        "spec: {command: [python, train.py], tasks: [SFT]}\n"
+    )
+    (project / "plain.yaml").write_text(
+        "apiVersion: nodus.dev/v1beta1\nkind: TrainingJob\nmetadata: {name: plain}\n"
+        "spec: {runtime: plain, expectedDuration: 1m, resources: {cpu: 1}}\n"
+    )
+    code, out, err = nodus("apply", "-f", "plain.yaml", "--dry-run")
+    assert code == 0, out + err
+    (document,) = list(yaml.safe_load_all(out))
+    assert document["status"]["blockingReasons"] == [] and err == ""
 
 
 def test_what_a_dry_run_refuses(project: Path) -> None:

@@ -12,7 +12,11 @@ Managed runtimes (`runtime: nodus/grpo-lora`) join the files' resources (`nodus.
 Plans are priced (`nodus.reconciler.pricing`): each TrainingJob change gets its estimate, from the price table
 (`catalog/prices.yaml`, `$NODUS_PRICES`, the project's `prices.yaml`, `--prices FILE`). `nodus apply --dry-run`
 prints the Job each TrainingJob of the files would compile into, with `status.estimate` and
-`status.blockingReasons`, and writes nothing.
+`status.blockingReasons`, and writes nothing; each blocking reason is also one line on stderr, and any exits 1.
+
+Exit codes of `nodus apply`: 0 when everything applied; 1 when any resource failed (a build, a launch: the
+others are still applied, and `Apply failed:` names each with its reason), and with `--wait` when anything
+waited for ended other than Succeeded (Ready for an Environment) or can no longer get there (`Wait failed:`).
 """
 
 from __future__ import annotations
@@ -34,9 +38,9 @@ from nodus.reconciler.planning.render import render_json, render_markdown, rende
 from nodus.reconciler.pricing.costs import PlanCosts
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import ResourceKey, ResourceRecord, StateStore
+from nodus.reconciler.waiting import Outcome
 
 RENDERERS = ("json", "markdown", "table")
-TERMINAL = {"Succeeded", "Failed", "Cancelled", "Suspended", "Ready"}
 PRICES_HELP = "A price table merged over the others (catalog, $NODUS_PRICES, the project's prices.yaml)."
 
 
@@ -197,24 +201,35 @@ def apply_command(
             make_plan,
             project=project,
             store=store,
-            options=ApplyOptions(build=build),
+            options=ApplyOptions(build=build, keep_going=True),
             reporter=lambda resource, message: err_line(f"{resource}: {message}"),
             saved=saved,
             operation=f"apply {' '.join(str(path) for path in paths)}",
         )
-        line(
-            f"Apply complete: {len(report.written)} changed, {len(report.launched)} launched "
-            f"({time.monotonic() - started:.1f}s)."
-        )
-        if wait:
-            _wait(project, store, list(report.statuses), timeout)
+        done = f"{len(report.written)} changed, {len(report.launched)} launched"
+        took = f"{time.monotonic() - started:.1f}s"
+        if report.failed:
+            failures = "; ".join(one_line(f"{key}: {reason}: {message}") for key, reason, message in report.failed)
+            err_line(f"Apply failed: {failures} ({done}, {took})")
+        else:
+            line(f"Apply complete: {done} ({took}).")
+        unfinished = _wait(project, store, list(report.statuses), timeout) if wait else []
     finally:
         store.close()
+    if unfinished:
+        err_line("Wait failed: " + "; ".join(one_line(outcome.line()) for outcome in unfinished))
+    if report.failed or unfinished:
+        sys.exit(1)
+
+
+def one_line(text: str) -> str:
+    """A message as one line of a summary (a build's log excerpt may span several)."""
+    return " ".join(text.split())
 
 
 def _dry_run(paths: list[Path], output: str, prices_file: Path | None, state: str | None) -> None:
     """Print the compiled Job of every TrainingJob under `paths`, priced; nothing is written, no lease taken."""
-    from nodus.reconciler.pricing.dry_run import as_json_output, dry_run, read_inputs
+    from nodus.reconciler.pricing.dry_run import as_json_output, blocking_lines, dry_run, read_inputs
     from nodus.reconciler.pricing.prices import load_prices
 
     project = Project.find(paths[0], state=state)
@@ -224,10 +239,18 @@ def _dry_run(paths: list[Path], output: str, prices_file: Path | None, state: st
     documents = dry_run(inputs, project=project, prices=table, now=_now())
     if output == "json":
         sys.stdout.write(json.dumps(as_json_output(documents), indent=2, ensure_ascii=False) + "\n")
-        return
-    import yaml
+    else:
+        import yaml
 
-    sys.stdout.write(yaml.safe_dump_all(documents, sort_keys=False, allow_unicode=True, width=120))
+        sys.stdout.write(yaml.safe_dump_all(documents, sort_keys=False, allow_unicode=True, width=120))
+    sys.stdout.flush()
+    blocked = blocking_lines(documents)
+    for text in blocked:
+        err_line(one_line(text))
+    if blocked:
+        count = len(blocked)
+        err_line(f"Dry run blocked: {count} blocking reason{'s' if count != 1 else ''}; nothing was applied")
+        sys.exit(1)
 
 
 def _read_records(project: Project) -> list[ResourceRecord]:
@@ -243,31 +266,53 @@ def _read_records(project: Project) -> list[ResourceRecord]:
         store.close()
 
 
-def _wait(project: Project, store: StateStore, keys: list[ResourceKey], timeout: str) -> None:
+def _wait(project: Project, store: StateStore, keys: list[ResourceKey], timeout: str) -> list[Outcome]:
+    """Follow `keys` until each has ended (or can no longer progress); the outcomes that are not a success.
+
+    Ends early, with those outcomes, as soon as nothing is left that can still change; a timeout is an error."""
     from nodus.reconciler.refresh import refresh
+    from nodus.reconciler.waiting import outcome
     from nodus.specs.types import parse_duration
 
     deadline = time.monotonic() + parse_duration(timeout).total_seconds()
-    shown: dict[str, str] = {}
+    shown: dict[ResourceKey, list[str]] = {}
+    ended: dict[ResourceKey, Outcome] = {}
     while True:
         refresh(project, store)
-        pending = []
+        pending: list[ResourceRecord] = []
         for key in keys:
             record = store.get(key)
-            if record is None:
+            if record is None or key in ended:
                 continue
-            phase = str(record.status.get("phase", "Pending"))
-            stage = record.status.get("stage")
-            text = f"{phase}" + (
-                f" ({stage}, step {record.status.get('step', 0)})" if stage and phase == "Running" else ""
-            )
-            if shown.get(str(key)) != text:
-                shown[str(key)] = text
-                err_line(f"{key}: {text}")
-            if phase not in TERMINAL:
-                pending.append(key)
+            lines = progress_lines(record)
+            if shown.get(key) != lines:
+                shown[key] = lines
+                for text in lines:
+                    err_line(text)
+            result = outcome(record, store, suspended_ends=True)
+            if result is None:
+                pending.append(record)
+            else:
+                ended[key] = result
         if not pending:
-            return
+            return [result for result in ended.values() if not result.succeeded]
         if time.monotonic() > deadline:
-            raise ConfigError(f"timed out waiting for {', '.join(str(k) for k in pending)}")
+            waiting = ", ".join(f"{record.key} ({_progress(record)})" for record in pending)
+            raise ConfigError(f"timed out after {timeout} waiting for {waiting}")
         time.sleep(1)
+
+
+def progress_lines(record: ResourceRecord) -> list[str]:
+    """What `apply --wait` prints about a record, each time these lines change (one call per look)."""
+    return [f"{record.key}: {_progress(record)}"]
+
+
+def _progress(record: ResourceRecord) -> str:
+    """`Running (Training, step 3)`, `Pending (EnvironmentNotReady)`, `Failed`."""
+    phase = str(record.status.get("phase", "Pending"))
+    stage, reason = record.status.get("stage"), record.status.get("reason")
+    if stage and phase == "Running":
+        return f"{phase} ({stage}, step {record.status.get('step', 0)})"
+    if reason and phase == "Pending":
+        return f"{phase} ({reason})"
+    return phase

@@ -8,6 +8,7 @@ Who calls it: `nodus.cli.main` registers the commands. They open the project's s
 from __future__ import annotations
 
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -99,9 +100,12 @@ def _print(kind: str, records: list[ResourceRecord], output: str) -> None:
     if not records:
         line(f"No {kind} resources found.")
         return
+    titles, values = columns.rows(kind, records, wide=output == "wide")
+    if not sys.stdout.isatty():
+        line(columns.plain(titles, values))  # a pipe gets whole rows, never cut to a terminal's width
+        return
     from rich.table import Table
 
-    titles, values = columns.rows(kind, records, wide=output == "wide")
     table = Table(box=None, header_style="bold", pad_edge=False)
     for title in titles:
         table.add_column(title, no_wrap=True)
@@ -204,7 +208,8 @@ _FOR = re.compile(r"jsonpath=(?P<path>\{[^}]*\}|[^=]+)=(?P<value>.*)")
 def wait(
     target: str, condition: str, timeout: str, namespace: str | None, state: str | None, path: Path | None
 ) -> None:
-    """Wait until a resource matches a condition (exit 1 on timeout)."""
+    """Wait until a resource matches a condition (exit 1 on timeout, or once it can no longer match: a job that
+    ended otherwise, or one whose Environment failed or is not built)."""
     from nodus.specs.types import parse_duration
 
     kind, name = split_target(target)
@@ -229,12 +234,33 @@ def wait(
             if value == match.group("value"):
                 line(f"{kind.lower()}/{name} condition met")
                 return
+            never = cannot_become_true(record, store, match.group("path"))
+            if never is not None:
+                wanted = f"{match.group('path')}={match.group('value')}"
+                raise ConfigError(f"{kind}/{name} will not reach {wanted}: {never}")
             if time.monotonic() >= deadline:
                 raise ConfigError(f"timed out waiting for {kind}/{name}: {match.group('path')} is {value or '<none>'}")
             time.sleep(1)
             refresh(project, store)
     finally:
         store.close()
+
+
+def cannot_become_true(record: ResourceRecord, store: StateStore, path: str) -> str | None:
+    """Why a condition on `path` that `record` does not meet never will, or None while it still may.
+
+    A job that Failed or was Cancelled, or that is blocked (a dependency failed or nothing will build it),
+    changes no more: no condition it does not meet now can become true. One that Succeeded still changes its
+    status (an export, a measured timing), so only a wait on its phase is over."""
+    from nodus.reconciler.waiting import outcome
+
+    ended = outcome(record, store, suspended_ends=False)
+    if ended is None:
+        return None
+    on_phase = path.strip("{}").strip() == ".status.phase"
+    if ended.blocked or on_phase or ended.phase in ("Failed", "Cancelled"):
+        return ended.line().split(": ", 1)[1]
+    return None
 
 
 @click.command("unlock")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
-from nodus.errors import PlanError, SpecError
+from nodus.errors import NodusError, PlanError, SpecError
 from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.planning.diff import Action, Plan, stale_reasons, wave_of
 from nodus.reconciler.project import Project, holder
@@ -58,6 +58,9 @@ class ApplyOptions:
     """Build Environments that are not in nodus.lock or the store (nodus-build) instead of waiting."""
     network: str = "host"
     """The build's freeze-step network (`nodus-build --network`)."""
+    keep_going: bool = False
+    """A resource whose controller raises (a launch the executor refused) is recorded Failed in `failed` and the
+    apply goes on with the others (`nodus apply`); without it the error ends the apply (the controller's pass)."""
 
 
 @dataclass
@@ -65,6 +68,8 @@ class ApplyReport:
     written: list[tuple[str, ResourceKey]] = field(default_factory=list)
     launched: list[str] = field(default_factory=list)
     statuses: dict[ResourceKey, JSONObject] = field(default_factory=dict)
+    failed: list[tuple[ResourceKey, str, str]] = field(default_factory=list)
+    """(key, reason, message) of every resource this apply left Failed: a build, a launch, a controller's refusal."""
 
 
 def wave(kind: str) -> int:
@@ -196,7 +201,12 @@ def apply_operations(
         _write(batch, store, result, report)
         for op in batch:
             if op.action != "delete":
-                _reconcile(op, project=project, store=store, options=options, result=result, report=report)
+                try:
+                    _reconcile(op, project=project, store=store, options=options, result=result, report=report)
+                except NodusError as exc:  # the executor could not launch it: the others still go ahead
+                    if not options.keep_going:
+                        raise
+                    _launch_failed(op, exc, store=store, result=result, report=report)
     for op in sorted((o for o in operations if o.action == "delete"), key=lambda o: -wave(o.key.kind)):
         _delete(op, project=project, store=store, result=result, report=report)
     return result
@@ -340,6 +350,30 @@ def _reconcile(
         result.statuses[op.key] = status
         if op.key.kind == "Environment" and status.get("phase") != "Ready":
             report(str(op.key), f"{status.get('phase')}: {status.get('message', status.get('reason', ''))}")
+        if _failed_now(op.key, record.status, status):
+            result.failed.append((op.key, str(status.get("reason") or ""), str(status.get("message") or "")))
+
+
+def _failed_now(key: ResourceKey, before: JSONObject, after: JSONObject) -> bool:
+    """Whether this pass failed the resource: a job whose run had already failed before this apply is history
+    (the apply did nothing to it); an Environment is failed by each build that fails."""
+    if after.get("phase") != "Failed":
+        return False
+    if key.kind not in ("TrainingJob", "Job"):
+        return True
+    return (before.get("phase"), before.get("reason")) != ("Failed", after.get("reason"))
+
+
+def _launch_failed(op: Operation, exc: NodusError, *, store: StateStore, result: ApplyReport, report: Reporter) -> None:
+    """A controller that raised (a launch the executor refused, a build that could not start): the resource is
+    Failed with LaunchFailed (BuildFailed for an Environment), and the next apply tries again."""
+    record = store.get(op.key)
+    reason = "BuildFailed" if op.key.kind == "Environment" else "LaunchFailed"
+    status: JSONObject = {"phase": "Failed", "reason": reason, "message": exc.message}
+    if record is not None:
+        write_status(store, record, {**({"source": op.source} if op.source else {}), **status})
+    result.failed.append((op.key, reason, exc.message))
+    report(str(op.key), f"Failed: {reason}: {exc.message}")
 
 
 def _reconcile_environment(

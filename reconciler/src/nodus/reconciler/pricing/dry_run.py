@@ -135,29 +135,81 @@ def _job_document(
     verdict = admit(job, runtime, known)
     if not verdict.admitted and not any(entry["reason"] == verdict.reason for entry in blocking):
         blocking.insert(0, {"reason": verdict.reason, "message": verdict.message})
+    if verdict.reason == "InvalidParameters" and runtime is not None:
+        # Admission stops at the first bad parameter; a dry run lists them all, so one run shows every fix.
+        blocking[:] = [entry for entry in blocking if entry["reason"] != "InvalidParameters"]
+        blocking[:0] = _parameter_blocking(job, runtime)
     estimate = estimate_job(
         job, context, documents, key=item.key, parameters=verdict.parameters if verdict.admitted else None
     )
-    if verdict.admitted:
+    # What else blocks it is found whether or not it is admitted: a typo does not hide an unbuilt Environment.
+    if verdict.reason not in ("EnvironmentNotFound", "EnvironmentVersionNotFound"):
         blocking += _environment_blocking(job, documents, context)
-        blocking += _model_blocking(verdict, job, context)
+    blocking += _model_blocking(_model_of(job, runtime), job, context)
     blocking += _cap_blocking(estimate)
-    spec = _compiled(item, action, verdict, runtime, documents, sources, context, prices) if verdict.admitted else {}
+    compiled, details = (
+        _compiled(item, action, verdict, runtime, documents, sources, context, prices)
+        if verdict.admitted
+        else (_uncompiled(runtime), {})
+    )
     metadata = {key: value for key, value in job["metadata"].items() if key in ("name", "project", "labels") and value}
+    spec: JSONObject = {"owner": f"TrainingJob/{item.key.name}", **compiled}
+    if estimate.resources is not None:
+        spec["resources"] = copy.deepcopy(estimate.resources)  # a copy: YAML would write the same object as an alias
     return {
         "apiVersion": "nodus.dev/v1beta1",
         "kind": "Job",
         "metadata": metadata,
-        # A copy: the same object twice would be written as a YAML anchor and alias.
-        "spec": {"owner": f"TrainingJob/{item.key.name}", **spec, "resources": copy.deepcopy(estimate.resources)},
+        "spec": spec,
         "status": {
             "dryRun": True,
             "action": action.type,
             "source": item.source,
+            **({"compiled": details} if details else {}),
             "estimate": estimate.to_dict(),
             "blockingReasons": blocking,
         },
     }
+
+
+def _uncompiled(runtime: JSONObject | None) -> JSONObject:
+    """The spec of a job that is not admitted: nothing compiles, but the runtime's command (when there is a
+    runtime) keeps the document a Job `nodus validate` accepts."""
+    command = ((runtime or {}).get("spec") or {}).get("command")
+    return {"command": list(command)} if command else {}
+
+
+def _model_of(job: JSONObject, runtime: JSONObject | None) -> JSONObject:
+    """The model the job would run (its own, else the runtime's default), as admission picks it."""
+    model = job["spec"].get("model") or ((runtime or {}).get("spec") or {}).get("defaultModel")
+    return dict(model) if isinstance(model, dict) else {}
+
+
+def _parameter_blocking(job: JSONObject, runtime: JSONObject) -> list[JSONObject]:
+    """Every parameter the runtime's schema refuses, one entry each (`spec.parameters.<path>: what is wrong`)."""
+    import jsonschema
+
+    from nodus.reconciler.controllers.admission import merge, suggest
+
+    runtime_spec = runtime.get("spec") or {}
+    schema = runtime_spec.get("parameterSchema") or {"type": "object"}
+    parameters = merge(runtime_spec.get("defaults") or {}, job["spec"].get("parameters") or {})
+    found: list[JSONObject] = []
+    for error in jsonschema.Draft202012Validator(schema).iter_errors(parameters):
+        path = ".".join(["spec.parameters", *(str(part) for part in error.absolute_path)])
+        if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
+            known = [str(name) for name in error.schema.get("properties", {})]
+            for extra in sorted(set(error.instance) - set(known)):
+                close = suggest(str(extra), known)
+                why = f"did you mean {close!r}?" if close else "(the runtime's schema does not allow it)"
+                found.append(_entry("InvalidParameters", f"{path}.{extra}: unknown parameter; {why}"))
+        else:
+            found.append(_entry("InvalidParameters", f"{path}: {error.message}"))
+    return sorted(found, key=lambda entry: entry["message"])
+
+
+def _entry(reason: str, message: str) -> JSONObject:
+    return {"reason": reason, "message": message}
 
 
 def _compiled(
@@ -169,8 +221,10 @@ def _compiled(
     sources: Mapping[ResourceKey, str],
     context: Context,
     prices: PriceTable,
-) -> JSONObject:
-    """The spec part of the Job `compile_job` makes, as the controller would launch it."""
+) -> tuple[JSONObject, JSONObject]:
+    """The spec of the Job `compile_job` makes, as the controller would launch it, in the Job kind's fields (so
+    `nodus validate` reads it back), and what the launch adds that no Job field holds: the variables the
+    supervisor sets, the Environment served, params.json and the host's price (`status.compiled`)."""
     from nodus.reconciler.controllers.trainingjob import compile_job
 
     assert runtime is not None  # admitted
@@ -195,10 +249,14 @@ def _compiled(
         spec["image"] = runtime_spec["image"]
     spec["launcher"] = runtime_spec.get("launcher", "Plain")
     spec["env"] = dict(compiled.env)
-    spec["platformEnv"] = [name for name in PLATFORM_ENV if name != "NODUS_INPUT_MODEL" or verdict.model]
+    if compiled.max_cost_usd is not None:
+        spec["maxCostUSD"] = compiled.max_cost_usd
+    details: JSONObject = {
+        "platformEnv": [name for name in PLATFORM_ENV if name != "NODUS_INPUT_MODEL" or verdict.model]
+    }
     if compiled.environment is not None:
         env = compiled.environment
-        spec["environment"] = {
+        details["environment"] = {
             "name": env.name,
             "version": env.version,
             "image": env.digest or env.image,
@@ -206,11 +264,9 @@ def _compiled(
             "heldOutTasks": env.held_out_tasks,
             "seed": env.seed,
         }
-    spec["params"] = dict(compiled.params)
-    spec["pricePerHourUSD"] = format_usd(launch_price(prices).per_hour_usd)
-    if compiled.max_cost_usd is not None:
-        spec["maxCostUSD"] = compiled.max_cost_usd
-    return spec
+    details["params"] = dict(compiled.params)
+    details["pricePerHourUSD"] = format_usd(launch_price(prices).per_hour_usd)
+    return spec, details
 
 
 def _environment_blocking(
@@ -235,29 +291,30 @@ def _environment_blocking(
     return [
         {
             "reason": "EnvironmentNotReady",
-            "message": f"Environment {key.name}@{version} is {why}: `nodus apply --build` (or nodus-build) builds it",
+            "message": f"spec.environment.name: Environment {key.name}@{version} is {why}: "
+            "`nodus apply --build` (or nodus-build) builds it",
         }
     ]
 
 
-def _model_blocking(verdict: Admission, job: JSONObject, context: Context) -> list[JSONObject]:
+def _model_blocking(model: JSONObject, job: JSONObject, context: Context) -> list[JSONObject]:
     """A model revision neither imported nor in the local Hugging Face cache (nodus never downloads weights)."""
-    model = verdict.model or {}
     if context.project is None:
         return []
     from nodus.reconciler.controllers.volume import imported, not_cached, snapshot
 
     if model.get("uri"):
         uri = str(model["uri"])
-        if imported(context.project, uri) or snapshot(uri) is not None:
-            return []
-        return [{"reason": "ModelNotCached", "message": str(not_cached(uri)["message"])}]
+        if "@" not in uri or imported(context.project, uri) or snapshot(uri) is not None:
+            return []  # an unpinned uri is admission's ModelNotPinned
+        where = "spec.model.uri" if job["spec"].get("model") else "the runtime's spec.defaultModel.uri"
+        return [{"reason": "ModelNotCached", "message": f"{where}: {not_cached(uri)['message']}"}]
     volume = model.get("volume")
     if volume:
         project = job["metadata"].get("project") or "default"
         record = context.record(ResourceKey("Volume", str(project), str(volume["name"])))
         if record is None or record.status.get("phase") != "Ready":
-            return [{"reason": "VolumeNotReady", "message": f"Volume {volume['name']} is not Ready"}]
+            return [{"reason": "VolumeNotReady", "message": f"spec.model.volume: Volume {volume['name']} is not Ready"}]
     return []
 
 
@@ -295,6 +352,17 @@ class _Records:
             for record in self._records.values()
             if (kind is None or record.key.kind == kind) and (project is None or record.key.project == project)
         ]
+
+
+def blocking_lines(documents: list[JSONObject]) -> list[str]:
+    """Every blocking reason of the documents, one line each: `file:line: TrainingJob/NAME: Reason: field: ...`."""
+    found = []
+    for document in documents:
+        status = document["status"]
+        where = f"{status['source']}: " if status.get("source") else ""
+        owner = document["spec"]["owner"]
+        found += [f"{where}{owner}: {entry['reason']}: {entry['message']}" for entry in status["blockingReasons"]]
+    return found
 
 
 def as_json_output(documents: list[JSONObject]) -> Any:

@@ -1,8 +1,9 @@
 """`nodus get` columns per kind, as the seeds show them (`NAME RUNTIME PHASE STAGE CHANGE COST AGE`).
 
 Who calls it: `nodus get` (table and `-o wide`). Each kind has its columns; an unknown kind gets NAME, PHASE
-and AGE. Values come from the record's spec and status; a missing one is shown as `-`. `-o wide` adds, for
-every kind, SYNC, HEALTH and REVISION: what `nodus controller` last synced (`controller.sync_status`).
+and AGE. Values come from the record's spec and status; a missing one is shown as `-`. The PHASE cell of a
+resource that waits or stopped says why (`Pending (EnvironmentNotReady)`); `-o wide` puts it in REASON, and
+adds, for every kind, SYNC, HEALTH and REVISION: what `nodus controller` last synced (`controller.sync_status`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,17 @@ def _phase(record: ResourceRecord) -> str:
         return "Missing"  # in git, not in the store: see `-o wide` (SYNC, HEALTH) and the sync message
     phase = _get(record.status, "phase")
     return "Deleting" if record.deleting else _text(phase)
+
+
+WHY_PHASES = frozenset({"Pending", "Failed", "Suspended", "Cancelled"})
+"""Phases whose reason the table's PHASE cell carries, `Pending (EnvironmentNotReady)`, as kubectl's STATUS
+says `CrashLoopBackOff`: the phase alone would not say what to do. `-o wide` has REASON on its own instead."""
+
+
+def _phase_and_reason(record: ResourceRecord) -> str:
+    phase = _phase(record)
+    reason = _get(record.status, "reason")
+    return f"{phase} ({reason})" if phase in WHY_PHASES and reason else phase
 
 
 def _age(record: ResourceRecord) -> str:
@@ -111,6 +123,8 @@ SYNC: list[Column] = [
 
 def columns(kind: str, *, wide: bool = False) -> list[Column]:
     base = COLUMNS.get(kind, DEFAULT)
+    if not wide:
+        base = [(title, _phase_and_reason if value is _phase else value) for title, value in base]
     extra = [*WIDE.get(kind, [("REASON", lambda r: _text(_get(r.status, "reason")))]), *SYNC] if wide else []
     return [*base, *extra]
 
@@ -118,6 +132,16 @@ def columns(kind: str, *, wide: bool = False) -> list[Column]:
 def rows(kind: str, records: list[ResourceRecord], *, wide: bool = False) -> tuple[list[str], list[list[str]]]:
     chosen = columns(kind, wide=wide)
     return [title for title, _ in chosen], [[value(record) for _, value in chosen] for record in records]
+
+
+def plain(titles: list[str], values: list[list[str]]) -> str:
+    """The table for a pipe or a file (CI logs, grep, awk): every cell whole, columns three spaces apart as
+    kubectl prints them, no styling and no width limit."""
+    table = [titles, *values]
+    widths = [max(len(row[column]) for row in table) for column in range(len(titles))]
+    return "\n".join(
+        "   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in table
+    )
 
 
 def document(record: ResourceRecord) -> dict[str, Any]:
