@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ MANY = [f"checkpoints/step-{n:02d}.bin" for n in range(12)]
 """More outputs than the hint used to list (it stopped at 8)."""
 
 
-def write_generation(files: JobFiles, generation: int, steps: int, extra: list[str] = ()) -> None:  # type: ignore[assignment]
+def write_generation(files: JobFiles, generation: int, steps: int, extra: Sequence[str] = ()) -> None:
     spec = JobSpec(name=NAME, project="default", command=("true",), generation=generation)
     write_json(files.spec, spec.to_json())
     write_json(files.status, {"phase": "Succeeded", "generation": generation})
