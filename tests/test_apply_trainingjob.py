@@ -151,6 +151,51 @@ def test_cp_verifies_the_recorded_sha256(project: Path, tmp_path: Path) -> None:
     assert code == 0 and output.strip()
 
 
+def test_a_replace_keeps_the_first_generations_outputs_and_cp_reads_both(project: Path, tmp_path: Path) -> None:
+    (project / "job.yaml").write_text(JOB.format(parameters="{steps: 2}", extra=""))
+    assert nodus("apply", str(project), "--yes", "--wait", "--timeout", "3m")[0] == 0
+    code, output = nodus("plan", str(project))
+    assert code == 0 and "No changes" in output, output
+    # Changing steps replaces the job; the plan says where generation 1's outputs stay.
+    (project / "job.yaml").write_text(JOB.format(parameters="{steps: 3}", extra=""))
+    code, output = nodus("plan", str(project))
+    assert code == 2 and "-/+ TrainingJob/echo-run" in output and "spec.parameters.steps" in output, output
+    assert "# keeps generation 1's outputs: nodus cp tj/echo-run:outputs/... --generation 1" in output
+    code, output = nodus("apply", str(project), "--yes", "--wait", "--timeout", "3m")
+    assert code == 0 and "TrainingJob/echo-run: Succeeded" in output, output
+
+    assert nodus("cp", "tj/echo-run:outputs/results.json", str(tmp_path / "now.json"))[0] == 0
+    code, output = nodus("cp", "tj/echo-run:outputs/results.json", str(tmp_path / "g1.json"), "--generation", "1")
+    assert code == 0 and "verified" in output, output
+    assert json.loads((tmp_path / "now.json").read_text())["steps"] == 3
+    assert json.loads((tmp_path / "g1.json").read_text())["steps"] == 2
+    code, output = nodus("cp", "-r", "tj/echo-run:outputs/adapter", str(tmp_path / "g1-adapter"), "--generation", "1")
+    assert code == 0 and (tmp_path / "g1-adapter" / "weights.bin").is_file(), output
+    code, output = nodus("logs", "tj/echo-run", "--generation", "1")
+    assert code == 0 and "2 steps" in output and "3 steps" not in output
+
+
+def test_applies_and_looks_record_each_stage_event_once(project: Path) -> None:
+    """Every apply used to add the stage events of a finished job again (6, then 7, then 8 `stage Baseline`)."""
+    from nodus.reconciler.project import Project
+    from nodus.reconciler.state.records import ResourceKey
+
+    (project / "job.yaml").write_text(JOB.format(parameters="{steps: 2}", extra=""))
+    assert nodus("apply", str(project), "--yes", "--wait", "--timeout", "3m")[0] == 0
+    for _ in range(3):
+        assert nodus("apply", str(project), "--yes")[0] == 0
+        assert nodus("get", "tj")[0] == 0
+        assert nodus("describe", "tj/echo-run")[0] == 0
+    store = Project.find(project).open_state()
+    try:
+        events = store.events(ResourceKey("TrainingJob", "default", "echo-run"), limit=1000)
+    finally:
+        store.close()
+    stages = [event.message for event in events if event.reason == "Stage"]
+    assert stages == ["stage Baseline", "stage Training", "stage Evaluating", "stage Exporting"], stages
+    assert all(event.count == 1 for event in events), [(e.reason, e.count) for e in events]
+
+
 def test_a_cap_suspends_and_raising_it_resumes_from_the_checkpoint(project: Path) -> None:
     # $3.60 an hour is $0.0005 per 0.5 s interval; 80 steps of 0.1 s cost about $0.008 and more.
     (project / "job.yaml").write_text(

@@ -390,6 +390,35 @@ def test_a_new_generation_starts_over_and_an_older_one_changes_nothing(jobs: Any
     assert types[0] == "Launched" and types.count("SupervisorStarted") == 1  # a fresh event log too
 
 
+def test_a_new_generation_sets_the_finished_one_aside_with_its_outputs_and_logs(jobs: Any) -> None:
+    files = jobs.launch(jobs.spec(parameters={"steps": 2}))
+    assert jobs.wait()["phase"] == SUCCEEDED
+    results = (files.outputs / "results.json").read_bytes()
+    manifest = files.outputs_manifest.read_bytes()
+    trainer_log = files.trainer_log.read_text()
+    assert "2 steps" in trainer_log
+
+    jobs.launch(jobs.spec(generation=2, parameters={"steps": 3}))
+    status = jobs.wait()
+    assert status["phase"] == SUCCEEDED and status["generation"] == 2
+    assert json.loads((files.outputs / "results.json").read_text())["steps"] == 3  # the top is generation 2
+
+    earlier = files.earlier(1)
+    assert files.earlier_generations() == [1]
+    assert (earlier.outputs / "results.json").read_bytes() == results
+    assert earlier.outputs_manifest.read_bytes() == manifest
+    assert earlier.trainer_log.read_text() == trainer_log and "3 steps" not in earlier.trainer_log.read_text()
+    assert earlier.read_spec().generation == 1 and earlier.read_status()["phase"] == SUCCEEDED
+    assert json.loads(earlier.params.read_text())["parameters"]["steps"] == 2
+    assert not earlier.state.exists()  # checkpoints are only for resuming: a new generation starts over
+    assert [s["step"] for s in jobs.steps()] == [0, 1, 2]
+
+    assert jobs.executor.generation_files(PROJECT, "tj", 1) == earlier
+    assert jobs.executor.generation_files(PROJECT, "tj", 2) == jobs.executor.generation_files(PROJECT, "tj") == files
+    with pytest.raises(ConfigError, match=r"job proj/tj has no generation 5 \(generations: 1, 2\)"):
+        jobs.executor.generation_files(PROJECT, "tj", 5)
+
+
 def test_two_jobs_run_at_once_with_runner_uids_of_their_own(jobs: Any) -> None:
     a = jobs.launch(jobs.spec("a", parameters={"steps": 3, "sleepS": 0.2}))
     b = jobs.launch(jobs.spec("b", parameters={"steps": 3, "sleepS": 0.2}))

@@ -280,3 +280,40 @@ def test_what_the_sdk_created_is_never_unmanaged_nor_pruned() -> None:
     assert kept.unmanaged == (other.key,)
     pruned = plan([secret], [_stored(secret), sdk, other], prune=True)
     assert [(a.type, a.key.name) for a in pruned.actions if a.type != "noop"] == [("delete", "by-hand")]
+
+
+JOB = """apiVersion: nodus.dev/v1beta1
+kind: TrainingJob
+metadata: {name: quickstart}
+spec:
+  runtime: nodus/grpo-lora
+  environment: {name: reverse-words@1.0.0}
+  parameters: {steps: 3}
+"""
+
+
+@pytest.mark.parametrize(
+    ("status", "kept"),
+    [
+        ({"phase": "Succeeded", "launchGeneration": 2}, {"generation": 2, "what": "outputs"}),
+        ({"phase": "Failed", "reason": "TrainerFailed", "launchGeneration": 1}, {"generation": 1, "what": "logs"}),
+        ({"phase": "Failed", "reason": "InvalidParameters"}, None),  # refused at admission: never launched
+    ],
+)
+def test_a_replaced_job_keeps_what_its_observed_run_left(status: dict[str, Any], kept: dict[str, Any] | None) -> None:
+    from dataclasses import replace
+
+    from nodus.reconciler.planning.render import render_table
+
+    (item,) = _desired(JOB.replace("steps: 3", "steps: 5"))
+    stored = _stored(item, lambda d: d["spec"]["environment"].update(name="reverse-words@0.9.0"))
+    action = _only([item], [replace(stored, status=status)])
+    assert action.type == "replace"
+    assert (action.keeps.to_dict() if action.keeps else None) == kept
+    text = render_table(Plan((action,)))
+    if kept and kept["what"] == "logs":
+        assert "# keeps generation 1's logs: nodus logs tj/quickstart --generation 1" in text
+    elif kept:
+        assert "# keeps generation 2's outputs: nodus cp tj/quickstart:outputs/... --generation 2" in text
+    else:
+        assert "keeps" not in text

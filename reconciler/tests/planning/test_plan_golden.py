@@ -107,6 +107,17 @@ def test_replace_names_its_forcing_field() -> None:
     assert "forced by `spec.package.path`" in (scenario.folder / "plan.md").read_text()
 
 
+def test_replacing_a_finished_job_says_which_outputs_it_keeps_where() -> None:
+    """The observed job Succeeded as generation 1: the replacement sets it aside, and the plan says how to reach it."""
+    scenario, planned = _plan("replace")
+    job = planned.actions[-1]
+    assert job.keeps is not None and job.keeps.to_dict() == {"generation": 1, "what": "outputs"}
+    assert planned.actions[0].keeps is None  # an Environment has no generations of outputs
+    note = "# keeps generation 1's outputs: nodus cp tj/support-sft:outputs/... --generation 1"
+    assert note in (scenario.folder / "plan.txt").read_text()
+    assert Plan.from_json(planned.to_json()).actions[-1].keeps == job.keeps  # a saved plan keeps the note
+
+
 def test_without_prune_unmanaged_resources_are_kept() -> None:
     _, planned = _plan("prune-off")
     assert {action.type for action in planned.actions} == {"noop"}

@@ -2,17 +2,19 @@
 
 Who calls it: `nodus.cli.main` registers the commands. They find the project and its state store
 (`nodus.reconciler.project`) and the local executor's job folders (`nodus.reconciler.controllers.trainingjob`).
-`cp` verifies every file against the sha256 the supervisor recorded when it collected the outputs; `patch`
-takes the apply lease, validates the patched resource like a file, and refuses a lower spending cap.
+`cp` copies files and folders (`-r`) of outputs, each verified against the sha256 the supervisor recorded when
+it collected them (`nodus.reconciler.executor.outputs`), from the generation launched last or, with
+`--generation N`, from an earlier one a replacement set aside (`logs` takes `--generation` too); `patch` takes
+the apply lease, validates the patched resource like a file, and refuses a lower spending cap.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import sys
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import click
@@ -20,7 +22,8 @@ import click
 from nodus.cli.console import err_line, line
 from nodus.cli.resources import split_target
 from nodus.errors import ConfigError
-from nodus.reconciler.executor.job import file_sha256
+from nodus.reconciler.executor.job import JobFiles
+from nodus.reconciler.executor.outputs import copy_verified, recorded
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey
 
@@ -34,20 +37,31 @@ def _job_key(target: str, namespace: str | None) -> ResourceKey:
     return ResourceKey(kind, namespace or DEFAULT_PROJECT, name)
 
 
+GENERATION_HELP = (
+    "Which generation of the job (1, 2, ...: each replacement of a TrainingJob is a new one); "
+    "default: the one launched last."
+)
+
+
 @click.command("logs")
 @click.argument("target")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
+@click.option("--generation", type=click.IntRange(min=1), default=None, help=GENERATION_HELP)
 @click.option("-n", "--project", "namespace", default=None)
 @click.option("--path", type=click.Path(path_type=Path), help="Project folder (default: found from here).")
-def logs(target: str, follow: bool, namespace: str | None, path: Path | None) -> None:
-    """Print a job's trainer log (job/NAME or tj/NAME; a TrainingJob's Job has the same name)."""
+def logs(target: str, follow: bool, generation: int | None, namespace: str | None, path: Path | None) -> None:
+    """Print a job's trainer log (job/NAME or tj/NAME; a TrainingJob's Job has the same name).
+
+    An earlier generation's log stays readable after a replacement: `nodus logs tj/NAME --generation 1`.
+    """
     from nodus.reconciler.controllers.trainingjob import executor
 
     key = _job_key(target, namespace)
     jobs = executor(Project.find(path))
     if not jobs.exists(key.project, key.name):
         raise ConfigError(f"{key.kind}/{key.name} has no job yet", hint="nodus get tj shows its phase")
-    log = jobs.files(key.project, key.name).trainer_log
+    files = jobs.generation_files(key.project, key.name, generation)
+    log = files.trainer_log
     offset = 0
     while True:
         if log.exists():
@@ -57,7 +71,7 @@ def logs(target: str, follow: bool, namespace: str | None, path: Path | None) ->
             offset += len(chunk)
             sys.stdout.write(chunk.decode("utf-8", errors="replace"))
             sys.stdout.flush()
-        if not follow or jobs.status(key.project, key.name).get("phase") in ("Succeeded", "Failed", "Cancelled"):
+        if not follow or files.read_status().get("phase") in ("Succeeded", "Failed", "Cancelled"):
             if follow and log.exists() and log.stat().st_size > offset:
                 continue
             return
@@ -66,44 +80,91 @@ def logs(target: str, follow: bool, namespace: str | None, path: Path | None) ->
 
 @click.command("cp")
 @click.argument("source")
-@click.argument("destination", type=click.Path(path_type=Path))
+@click.argument("destination")
+@click.option("-r", "--recursive", is_flag=True, help="Copy a folder of outputs (adapter/, or outputs/ for all).")
+@click.option("--generation", type=click.IntRange(min=1), default=None, help=GENERATION_HELP)
 @click.option("-n", "--project", "namespace", default=None)
 @click.option("--path", type=click.Path(path_type=Path), help="Project folder (default: found from here).")
-def cp(source: str, destination: Path, namespace: str | None, path: Path | None) -> None:
-    """Copy an output out of a finished job: `nodus cp tj/NAME:outputs/FILE DEST` (verified by sha256)."""
+def cp(
+    source: str,
+    destination: str,
+    recursive: bool,
+    generation: int | None,
+    namespace: str | None,
+    path: Path | None,
+) -> None:
+    """Copy outputs out of a finished job, each verified against the sha256 recorded when it was collected.
+
+    `nodus cp tj/NAME:outputs/results.json ./results.json`; `nodus cp -r tj/NAME:outputs/adapter ./adapter`.
+    As `cp`: a DESTINATION ending in `/`, or an existing folder, is a folder to copy into; missing parent
+    folders are made; an existing file is replaced. A replacement of the TrainingJob keeps the earlier
+    generation's outputs: `--generation 1` copies from it.
+    """
     from nodus.reconciler.controllers.trainingjob import executor
 
     target, colon, inner = source.partition(":")
-    if not colon or not inner.startswith("outputs/"):
+    inner_path = inner.strip("/")
+    if not colon or not (inner_path == "outputs" or inner_path.startswith("outputs/")):
         raise ConfigError(f"{source!r} is not KIND/NAME:outputs/PATH", hint="nodus cp tj/run:outputs/results.json .")
     key = _job_key(target, namespace)
     jobs = executor(Project.find(path))
     if not jobs.exists(key.project, key.name):
         raise ConfigError(f"{key.kind}/{key.name} has no job", hint="nodus get tj shows its phase")
-    files = jobs.files(key.project, key.name)
-    relative = inner.removeprefix("outputs/").strip("/")
-    recorded = _recorded(files.outputs_manifest)
-    if relative not in recorded:
-        known = ", ".join(sorted(recorded)[:8]) or "none yet (the job has not finished)"
-        raise ConfigError(f"{key.kind}/{key.name} has no output {relative!r}", hint=f"outputs: {known}")
-    found = files.outputs / relative
-    digest = file_sha256(found) if found.is_file() and not found.is_symlink() else None
-    if digest != recorded[relative]["sha256"]:
+    files = jobs.generation_files(key.project, key.name, generation)
+    label = f"{key.kind}/{key.name}" + (f" generation {generation}" if generation is not None else "")
+    relative = inner_path.removeprefix("outputs").strip("/")
+    wanted = recorded(files)
+    if wanted is None:
+        phase = files.read_status().get("phase")
+        why = "it has not finished" if phase not in ("Succeeded", "Failed", "Cancelled") else f"it ended {phase}"
         raise ConfigError(
-            f"outputs/{relative} of {key.kind}/{key.name} no longer matches the sha256 recorded when it was collected",
-            hint="the file changed after the job finished; nothing was copied",
+            f"{label} has no outputs: {why}",
+            hint=_earlier_hint(jobs.files(key.project, key.name), key.kind, key.name) or None,
         )
-    target_path = destination / Path(relative).name if destination.is_dir() else destination
-    shutil.copyfile(found, target_path)
-    line(f"{target_path} ({recorded[relative]['size']} bytes, sha256 {recorded[relative]['sha256'][:12]}... verified)")
+    copies, root = _copies(relative, wanted, destination, recursive=recursive, label=label, source=source)
+    done = copy_verified(files, copies, wanted, label, root=root)
+    if len(done) == 1 and relative in wanted:
+        entry = wanted[relative]
+        line(f"{done[0]} ({entry['size']} bytes, sha256 {str(entry['sha256'])[:12]}... verified)")
+    else:
+        size = sum(int(wanted[name].get("size") or 0) for name, _ in copies)
+        line(f"{root} ({len(done)} files, {size} bytes, each verified against its sha256)")
 
 
-def _recorded(manifest: Path) -> dict[str, dict[str, Any]]:
-    try:
-        files = json.loads(manifest.read_text(encoding="utf-8")).get("files", {})
-    except FileNotFoundError:
-        return {}
-    return files if isinstance(files, dict) else {}
+def _copies(
+    relative: str, wanted: dict[str, dict[str, Any]], destination: str, *, recursive: bool, label: str, source: str
+) -> tuple[list[tuple[str, Path]], Path]:
+    """(output, final path) for each file a copy of `outputs/relative` makes, and the folder or file it makes."""
+    into = destination.endswith(("/", os.sep)) or Path(destination).is_dir()
+    given = Path(destination)
+    if relative in wanted:
+        final = given / PurePosixPath(relative).name if into else given
+        return [(relative, final)], final
+    prefix = f"{relative}/" if relative else ""
+    members = sorted(name for name in wanted if name.startswith(prefix))
+    if not members:
+        listed = ", ".join(sorted(wanted)) or "none (the run wrote no files)"
+        raise ConfigError(f"{label} has no output {('outputs/' + relative)!r}", hint=f"outputs: {listed}")
+    shown = f"outputs/{relative}" if relative else "outputs"
+    if not recursive:
+        raise ConfigError(
+            f"{shown} of {label} is a folder ({len(members)} files): pass -r to copy it",
+            hint=f"nodus cp -r {source} {destination}",
+        )
+    root = given / (PurePosixPath(relative).name or "outputs") if into else given
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"{root} is a file: the folder {shown} of {label} cannot be copied onto it")
+    return [(name, root / name[len(prefix) :]) for name in members], root
+
+
+def _earlier_hint(files: JobFiles, kind: str, name: str) -> str:
+    """Where earlier generations' outputs are, when there are any."""
+    earlier = files.earlier_generations()
+    if not earlier:
+        return ""
+    short = "tj" if kind == "TrainingJob" else "job"
+    numbers = ", ".join(str(number) for number in earlier)
+    return f"earlier generations: {numbers} (nodus cp {short}/{name}:outputs/PATH DEST --generation N)"
 
 
 @click.command("cancel")

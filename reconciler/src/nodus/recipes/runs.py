@@ -9,17 +9,15 @@ what `nodus get`, `nodus logs` and `nodus cp` read: the TrainingJob's record in 
 
 from __future__ import annotations
 
-import contextlib
-import json
-import shutil
 import sys
 import time
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, TextIO
 
 from nodus.errors import ConfigError
 from nodus.recipes.apply import Options
-from nodus.reconciler.executor.job import JobFiles, file_sha256, json_objects, read_jsonl
+from nodus.reconciler.executor.job import JobFiles, json_objects, read_jsonl
+from nodus.reconciler.executor.outputs import copy_verified, recorded
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import ResourceKey
 
@@ -60,7 +58,8 @@ def wrap(value: Any) -> Any:
 
 
 class Outputs:
-    """A run's output files, copied out only when they match the sha256 recorded when they were collected."""
+    """A run's output files, copied out only when they match the sha256 recorded when they were collected
+    (`nodus.reconciler.executor.outputs`, the copies `nodus cp` makes)."""
 
     def __init__(self, files: JobFiles, label: str) -> None:
         self._files = files
@@ -68,54 +67,19 @@ class Outputs:
 
     def files(self) -> dict[str, Record]:
         """`path -> {sha256, size}` of every output (empty until the run has succeeded)."""
-        try:
-            manifest = json.loads(self._files.outputs_manifest.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return {}
-        except ValueError as exc:
-            raise ConfigError(f"{self._files.outputs_manifest} is not JSON ({exc})") from None
-        files = manifest.get("files") if isinstance(manifest, dict) else None
-        return {str(path): Record(entry) for path, entry in (files or {}).items() if isinstance(entry, dict)}
+        return {path: Record(entry) for path, entry in (recorded(self._files) or {}).items()}
 
     def download(self, directory: str | Path) -> list[Path]:
-        """Copy every output under `directory` (keeping its path); each copy is checked against its sha256."""
-        recorded = self.files()
-        if not recorded and self._files.outputs_manifest.is_file():
-            raise ConfigError(f"{self._label} wrote no outputs")
-        if not recorded:
+        """Copy every output under `directory` (keeping its path); each copy is checked against its sha256, and
+        nothing is left behind unless all of them check."""
+        wanted = recorded(self._files)
+        if wanted is None:
             raise ConfigError(f"{self._label} has no outputs yet", hint="outputs are collected when the run succeeds")
+        if not wanted:
+            raise ConfigError(f"{self._label} wrote no outputs")
         target = Path(directory)
-        copies: list[tuple[Path, Path]] = []
-        try:
-            for relative, entry in sorted(recorded.items()):
-                copies.append((self._copy(relative, entry, target), target / relative))
-            for partial, final in copies:
-                partial.replace(final)
-        finally:
-            for partial, _ in copies:
-                with contextlib.suppress(FileNotFoundError):
-                    partial.unlink()
-        return [final for _, final in copies]
-
-    def _copy(self, relative: str, entry: Record, target: Path) -> Path:
-        """A checked copy of one output beside where it goes (renamed into place once every copy checks)."""
-        parts = PurePosixPath(relative).parts
-        if not parts or PurePosixPath(relative).is_absolute() or ".." in parts:
-            raise ConfigError(f"{self._files.outputs_manifest}: {relative!r} is not a path inside outputs/")
-        source = self._files.outputs / relative
-        if source.is_symlink() or not source.is_file():
-            raise ConfigError(f"outputs/{relative} of {self._label} is missing", hint="nothing was copied")
-        final = target / relative
-        final.parent.mkdir(parents=True, exist_ok=True)
-        partial = final.with_name(f".{final.name}.partial")
-        shutil.copyfile(source, partial)
-        if file_sha256(partial) != entry.get("sha256"):
-            partial.unlink()
-            raise ConfigError(
-                f"outputs/{relative} of {self._label} no longer matches the sha256 recorded when it was collected",
-                hint="the file changed after the run finished; nothing was copied",
-            )
-        return partial
+        copies = [(relative, target / relative) for relative in sorted(wanted)]
+        return copy_verified(self._files, copies, wanted, self._label, root=target)
 
 
 class Run:

@@ -9,7 +9,7 @@ has its outputs exported here (`nodus.reconciler.controllers.export`).
 from __future__ import annotations
 
 from nodus.reconciler.controllers.export import exported_status
-from nodus.reconciler.controllers.status import stage_events, write_status
+from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import StateStore
 
@@ -29,11 +29,10 @@ def refresh(project: Project, store: StateStore) -> int:
         if record.status.get("phase") in ("Running", "Pending") and not jobs.is_alive(key.project, key.name):
             jobs.recover(key.project, key.name)
         kept = {name: record.status[name] for name in KEPT if name in record.status}
-        watermark = stage_events(store, record, reported_events(jobs, record))
-        status = {**job_status(jobs, record), **kept, **watermark}
+        status = {**job_status(jobs, record), **kept}
         if key.kind == "TrainingJob":
             outputs = jobs.files(key.project, key.name).outputs
             status = exported_status(record, status, outputs, project=project, store=store)
-        if write_status(store, record, status):
+        if write_status(store, record, status, reported_events(jobs, record)):
             changed += 1
     return changed

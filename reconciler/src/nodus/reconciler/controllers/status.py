@@ -2,13 +2,22 @@
 
 Who calls it: `nodus.reconciler.apply` after each controller pass and `nodus.reconciler.refresh` after
 copying a running job's status. Events (`nodus describe` shows them) are added when the phase, the reason or
-the stage changes (`stage_events`, from what the job itself reported, so no stage is missed between two
-looks); a repeat of the same event only raises its count (the store deduplicates).
+the stage changes: the stage from what the job itself reported (`reported`, the executor's recent events), so
+no stage is missed between two looks.
+
+Once per change, whichever command looks: the job's events already recorded are marked by a watermark in the
+record's status (`eventsSeenAt`, `stageSeen`) that `write_status` owns. It reads the stored status again, adds
+only what is newer than the stored watermark and writes the events, the status and the moved watermark in one
+transaction that fails if another writer moved the status meanwhile (and is then tried again on what that one
+wrote). So a caller that builds a status without the watermark (an apply pass), or two commands looking at once
+(`nodus get` beside `nodus controller`), never record a stage twice.
 """
 
 from __future__ import annotations
 
-from nodus.reconciler.state.records import Event, JSONObject, ResourceRecord, StateStore
+from collections.abc import Sequence
+
+from nodus.reconciler.state.records import Conflict, Event, JSONObject, ResourceRecord, StateStore
 
 ADMISSION_REASONS = frozenset(
     {
@@ -62,26 +71,52 @@ def _condition(kind: str, value: bool, reason: str, message: str) -> JSONObject:
     return condition
 
 
-def write_status(store: StateStore, record: ResourceRecord, status: JSONObject) -> bool:
-    """Store `status` (with its conditions) if it changed, adding events for what changed; True if written."""
-    status = {**status, "conditions": conditions(record.key.kind, status)}
-    if status == record.status:
-        return False
-    store.set_status(record.key, status)
-    before = record.status
-    phase, reason = status.get("phase"), status.get("reason")
-    if (phase, reason) != (before.get("phase"), before.get("reason")):
-        kind = "Warning" if phase in WARNING_PHASES else "Normal"
-        text = status.get("message") or f"{record.key.kind} is {phase}"
-        store.add_event(Event(record.key, kind, str(reason or phase), str(text)))
-    return True
+WATERMARK = ("eventsSeenAt", "stageSeen")
+"""The status fields that say which of the job's own events are recorded already (owned by `write_status`)."""
+WRITE_ATTEMPTS = 20
+"""How often a status write is tried again when another writer moved the status between reading and writing."""
 
 
-def stage_events(store: StateStore, record: ResourceRecord, reported: list[JSONObject]) -> JSONObject:
-    """An event per stage the job reported since the last look (`reported`: the executor's recent events),
-    so a stage passed between two looks is not missed. Returns the watermark fields to keep in status."""
-    seen_at = float(record.status.get("eventsSeenAt") or 0.0)
-    stage = record.status.get("stageSeen")
+def write_status(
+    store: StateStore, record: ResourceRecord, status: JSONObject, reported: Sequence[JSONObject] = ()
+) -> bool:
+    """Store `status` (with its conditions and the events watermark) if it changed, adding an event for each
+    change since the stored status: the phase or reason, and each stage in `reported` newer than the watermark.
+    True if written."""
+    for _ in range(WRITE_ATTEMPTS):
+        current = store.get(record.key) or record
+        new = {**status, **_watermark(current.status, status)}
+        new, stages = _stages(record, new, reported)
+        new["conditions"] = conditions(record.key.kind, new)
+        if new == current.status:
+            return False
+        try:
+            with store.transaction():
+                # The status first: when it lost the race, nothing of this attempt was written.
+                store.set_status(record.key, new, expected_version=current.status_version)
+                for event in stages:
+                    store.add_event(event)
+                _phase_event(store, record, current.status, new)
+        except Conflict:
+            continue  # another command wrote the status meanwhile: look again at what it wrote
+        return True
+    raise Conflict(f"the status of {record.key} kept changing while it was written", hint="try again")
+
+
+def _watermark(stored: JSONObject, status: JSONObject) -> JSONObject:
+    """The stored watermark, unless `status` carries a later one: no writer can move it back."""
+    if float(status.get("eventsSeenAt") or 0.0) > float(stored.get("eventsSeenAt") or 0.0):
+        return {name: status[name] for name in WATERMARK if name in status}
+    return {name: stored[name] for name in WATERMARK if name in stored}
+
+
+def _stages(
+    record: ResourceRecord, status: JSONObject, reported: Sequence[JSONObject]
+) -> tuple[JSONObject, list[Event]]:
+    """`status` with the watermark moved past `reported`, and an event for each stage change reported since."""
+    seen_at = float(status.get("eventsSeenAt") or 0.0)
+    stage = status.get("stageSeen")
+    found: list[Event] = []
     for event in sorted(reported, key=lambda item: float(item.get("at") or 0.0)):
         at = float(event.get("at") or 0.0)
         if at <= seen_at:
@@ -89,5 +124,18 @@ def stage_events(store: StateStore, record: ResourceRecord, reported: list[JSONO
         seen_at = at
         if event.get("stage") and event["stage"] != stage:
             stage = event["stage"]
-            store.add_event(Event(record.key, "Normal", "Stage", f"stage {stage}", at=at))
-    return {"eventsSeenAt": seen_at, "stageSeen": stage} if stage else {"eventsSeenAt": seen_at}
+            found.append(Event(record.key, "Normal", "Stage", f"stage {stage}", at=at))
+    if not reported:
+        return status, found
+    moved = {**status, "eventsSeenAt": seen_at}
+    if stage:
+        moved["stageSeen"] = stage
+    return moved, found
+
+
+def _phase_event(store: StateStore, record: ResourceRecord, before: JSONObject, status: JSONObject) -> None:
+    phase, reason = status.get("phase"), status.get("reason")
+    if (phase, reason) != (before.get("phase"), before.get("reason")):
+        kind = "Warning" if phase in WARNING_PHASES else "Normal"
+        text = status.get("message") or f"{record.key.kind} is {phase}"
+        store.add_event(Event(record.key, kind, str(reason or phase), str(text)))

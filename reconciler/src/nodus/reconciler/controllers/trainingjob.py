@@ -50,8 +50,9 @@ def executor(project: Project) -> LocalExecutor:
     return LocalExecutor(project.jobs, record_wire=os.environ.get("NODUS_RECORD_WIRE") == "1")
 
 
-KEPT = ("source", "launchGeneration", "eventsSeenAt", "stageSeen", "price", "export")
-"""Status fields the controllers own, carried over when the job's status is copied in."""
+KEPT = ("source", "launchGeneration", "price", "export")
+"""Status fields the controllers own, carried over when the job's status is copied in (the events watermark is
+`nodus.reconciler.controllers.status.write_status`'s, which carries it whoever writes)."""
 
 
 def launch_generation(record: ResourceRecord) -> int:
@@ -299,8 +300,11 @@ def _package_paths(environment: ResourceRecord) -> list[str]:
 
 
 def reported_events(jobs: LocalExecutor, record: ResourceRecord) -> list[JSONObject]:
-    """The executor's recent events of the job (stage reports among them), oldest first."""
+    """The executor's recent events of the job (stage reports among them), oldest first; none while the job
+    folder still holds an earlier generation (a replacement not launched yet): those are not this record's."""
     if not jobs.exists(record.key.project, record.key.name):
+        return []
+    if jobs.files(record.key.project, record.key.name).read_spec().generation != launch_generation(record):
         return []
     events = jobs.status(record.key.project, record.key.name).get("events") or []
     return [event for event in events if isinstance(event, dict)]

@@ -19,6 +19,11 @@ supervisor (reads the spec, writes the status). Both sides meet only through the
         cancel, suspend      requests from the executor, picked up by the supervisor
         supervisor.lock      held (flock) by the live supervisor for its whole life
         .executor.lock       serialises the executor's own operations on this job
+        generations/<N>/     an earlier generation, set aside whole when generation N+1 launched: its spec.json,
+                             status.json, outputs.json, outputs/, logs/ and input/ in the same layout (its state/
+                             is removed: a new generation starts over). `JobFiles.earlier(N)` reads it.
+
+The top of the folder is always the generation launched last; nothing of an earlier one is overwritten.
 
 Every JSON file is written whole (temporary file, then rename), so a reader never sees half of one.
 Times are seconds since the epoch; money is a decimal string in US dollars.
@@ -550,6 +555,22 @@ class JobFiles:
             return inside
         key = hashlib.sha256(os.fsencode(self.dir.resolve())).hexdigest()[:24]
         return Path(tempfile.gettempdir()) / f"nodus-{os.getuid()}" / f"{key}.sock"
+
+    @property
+    def generations(self) -> Path:
+        return self.dir / "generations"
+
+    def earlier(self, generation: int) -> JobFiles:
+        """The folder generation `generation` was set aside in when a later one launched (the same layout)."""
+        return JobFiles(self.generations / str(generation))
+
+    def earlier_generations(self) -> list[int]:
+        """The generations set aside in this folder, oldest first."""
+        try:
+            names = [entry.name for entry in self.generations.iterdir() if entry.is_dir()]
+        except FileNotFoundError:
+            return []
+        return sorted(int(name) for name in names if name.isdigit())
 
     def read_spec(self) -> JobSpec:
         data = read_json(self.spec)

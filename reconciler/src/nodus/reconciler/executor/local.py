@@ -72,7 +72,12 @@ SPAWN_TIMEOUT_S: Final = 60.0
 EXIT_WAIT_S: Final = 30.0
 """How long to wait for a supervisor that has recorded its end to let go of the job."""
 STATUS_EVENTS: Final = 100
-KEEP_ON_CLEAR: Final = frozenset({".executor.lock", "supervisor.lock"})
+KEEP_ON_SET_ASIDE: Final = frozenset({".executor.lock", "supervisor.lock", "generations", "spec.json"})
+"""Left at the top when a generation is set aside: the locks (others may hold them open), the earlier generations,
+and the spec, which the next launch overwrites (until then it says which generation the folder holds)."""
+SET_ASIDE: Final = ("outputs", "outputs.json", "logs", "input", "status.json")
+"""What a finished generation keeps in `generations/<N>/`: what a user may still want (its results, its logs,
+what it was given and how it ended). Its `state/` (checkpoints, only for resuming it) is removed."""
 
 
 class LocalExecutor:
@@ -99,13 +104,28 @@ class LocalExecutor:
     def exists(self, project: str, name: str) -> bool:
         return self.files(project, name).spec.is_file()
 
+    def generation_files(self, project: str, name: str, generation: int | None = None) -> JobFiles:
+        """The folder of one generation of a job: the one launched last (None, or its number), or an earlier one
+        set aside when a later one launched. ConfigError naming the generations there are for any other."""
+        files = self._existing(project, name)
+        current = files.read_spec().generation
+        if generation is None or generation == current:
+            return files
+        earlier = files.earlier_generations()
+        if generation in earlier:
+            return files.earlier(generation)
+        known = ", ".join(str(number) for number in sorted({*earlier, current}))
+        raise ConfigError(f"job {project}/{name} has no generation {generation} (generations: {known})")
+
     # --- launch ------------------------------------------------------------------------------------
 
     def launch(self, spec: JobSpec) -> None:
         """Start `spec` under a supervisor, unless this generation and attempt (or a later one) was launched.
 
         A later attempt of the same generation keeps the state folder (the trainer resumes) and the cost; a
-        new generation starts over in an emptied folder. Either needs the previous supervisor to be gone.
+        new generation starts over in a fresh folder, after the previous generation's outputs, logs, input and
+        status are set aside in `generations/<N>/` (`JobFiles.earlier`). Either needs the previous supervisor
+        to be gone.
         """
         files = self.files(spec.project, spec.name)
         files.dir.mkdir(parents=True, exist_ok=True)
@@ -125,7 +145,7 @@ class LocalExecutor:
                     )
                 self._wait_for_exit(files)  # one that has recorded its end may still be closing its graders
                 if spec.generation > old.generation:
-                    _clear(files)
+                    _set_aside(files, old.generation)
             carried = files.read_status() if current is not None else {}
             for request in (files.suspend_request, files.cancel_request):
                 request.unlink(missing_ok=True)  # meant for the run this launch replaces
@@ -417,11 +437,30 @@ def _end_trainer(status: dict[str, Any]) -> None:
         wait_gone(pid, ticks, 10.0)
 
 
-def _clear(files: JobFiles) -> None:
-    """Empty the folder for a new generation (the locks stay: others may hold them open)."""
+def _set_aside(files: JobFiles, generation: int) -> None:
+    """Move what a finished generation leaves that a user may want into `generations/<generation>/`, and remove
+    the rest (its state folder, its supervisor's files), so that the next generation starts in a fresh folder.
+
+    Each entry moves with one rename, and the spec stays at the top until the new launch overwrites it: a
+    launch interrupted half way sets aside what is left the next time, and nothing is ever in two places.
+    """
     _remove_socket(files)
+    target = files.earlier(generation)
+    target.dir.mkdir(parents=True, exist_ok=True)
+    for name in SET_ASIDE:
+        entry, kept = files.dir / name, target.dir / name
+        if not entry.exists() and not entry.is_symlink():
+            continue
+        if kept.exists() or kept.is_symlink():
+            raise PermanentError(
+                f"job {files.dir}: generation {generation} is set aside already, yet {name} is still at the top",
+                hint=f"move {entry} away (or into {target.dir}) and apply again",
+            )
+        entry.rename(kept)
+    if files.spec.is_file():
+        shutil.copyfile(files.spec, target.spec)
     for entry in files.dir.iterdir():
-        if entry.name in KEEP_ON_CLEAR:
+        if entry.name in KEEP_ON_SET_ASIDE:
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)

@@ -101,6 +101,22 @@ class FieldChange:
 
 
 @dataclass(frozen=True)
+class Kept:
+    """What the replacement of a launched job keeps of the run it replaces: the new generation starts in a fresh
+    folder and sets the old one aside, its outputs (a run that succeeded) or at least its logs."""
+
+    generation: int
+    what: Literal["outputs", "logs"]
+
+    def to_dict(self) -> JSONObject:
+        return {"generation": self.generation, "what": self.what}
+
+
+JOB_KINDS = frozenset({"TrainingJob", "Job"})
+"""Kinds whose records run as jobs in generations (a replacement is the next one)."""
+
+
+@dataclass(frozen=True)
 class Action:
     """What apply does to one resource, with everything it needs to do exactly that later."""
 
@@ -119,6 +135,8 @@ class Action:
     """For a replace: the first changed field its kind cannot change in place."""
     source: str | None = None
     """`file:line` of the desired document."""
+    keeps: Kept | None = None
+    """For the replace of a launched job: which generation's outputs (or logs) stay reachable."""
 
     @property
     def symbol(self) -> str:
@@ -132,7 +150,7 @@ class Action:
                 "generation": self.expected_generation,
                 "deleting": self.expected_deleting,
             }
-        return {
+        out: JSONObject = {
             "action": self.type,
             "symbol": self.symbol,
             "ref": str(self.key),
@@ -147,6 +165,9 @@ class Action:
             "desired": self.desired,
             "changes": [change.to_dict() for change in self.changes],
         }
+        if self.keeps is not None:
+            out["keeps"] = self.keeps.to_dict()
+        return out
 
 
 @dataclass(frozen=True)
@@ -316,8 +337,20 @@ def _action_for(item: Desired, record: ResourceRecord | None) -> Action:
     forcing = next((change for change in changes if change.forces_replacement), None)
     if forcing is not None:
         reason = f"{forcing.path} cannot change in place"
-        return Action("replace", item.key, reason, changes=changes, forced_by=forcing.path, **common)
+        kept = _kept(record)
+        return Action("replace", item.key, reason, changes=changes, forced_by=forcing.path, keeps=kept, **common)
     return Action("update", item.key, "changed in place", changes=changes, **common)
+
+
+def _kept(record: ResourceRecord) -> Kept | None:
+    """What replacing `record` keeps, from its observed status: a launched job's generation, with its outputs when
+    it succeeded (outputs are collected then), else its logs. None for other kinds and jobs never launched."""
+    if record.key.kind not in JOB_KINDS or "launchGeneration" not in record.status:
+        return None
+    generation = record.status.get("launchGeneration")
+    if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
+        return None
+    return Kept(generation, "outputs" if record.status.get("phase") == "Succeeded" else "logs")
 
 
 def _delete(record: ResourceRecord) -> Action:
@@ -522,11 +555,20 @@ class _PlanReader:
             changes=changes,
             forced_by=self.get(data, "forcedBy", str, optional=True),
             source=self.get(data, "source", str, optional=True),
+            keeps=self.kept(self.get(data, "keeps", dict, optional=True)),
         )
         if (action.expected_hash is None) != (kind == "create"):
             raise self.fail("expected: a create expects nothing in the store, every other action a spec hash")
         self.where.pop()
         return action
+
+    def kept(self, data: Mapping[str, Any] | None) -> Kept | None:
+        if data is None:
+            return None
+        what = self.get(data, "what", str)
+        if what not in ("outputs", "logs"):
+            raise self.fail(f"keeps.what: must be outputs or logs (got {what!r})")
+        return Kept(self.get(data, "generation", int), cast(Literal["outputs", "logs"], what))
 
     def check_desired(self, kind: str, key: ResourceKey, desired: JSONObject | None, desired_hash: str | None) -> None:
         if kind == "delete":

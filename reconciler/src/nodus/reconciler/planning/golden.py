@@ -10,7 +10,8 @@ A scenario is a folder under `reconciler/tests/planning/golden/`:
 
 - `desired/*.yaml`: the resource files (sources are named relative to the scenario, so output is stable);
 - `observed.json`: `{"serial": N, "records": [{"kind", "project", "name", "generation", "spec"}, ...]}`,
-  the state store as `nodus apply` leaves it (spec_hash is computed, as the store does);
+  the state store as `nodus apply` leaves it (spec_hash is computed, as the store does; a record's optional
+  `status` is the observed status, such as a finished job's phase and launchGeneration);
 - `options.json` (optional): `{"prune": true}`, `{"refreshOnly": true}`; for a priced scenario also `"now"`
   (ISO 8601, the estimates' start time) and `"cachedModels"` (model URIs taken as imported already);
 - `prices.yaml` (optional): the scenario's price table; with it the plan is priced (`nodus.reconciler.pricing`)
@@ -138,6 +139,7 @@ def record_from(item: dict[str, Any]) -> ResourceRecord:
         spec_hash(spec),
         generation=int(item.get("generation", 1)),
         deleting=bool(item.get("deleting", False)),
+        status=dict(item.get("status") or {}),
     )
 
 

@@ -82,8 +82,24 @@ def _action_lines(action: Action) -> Iterator[str]:
     yield f"{action.symbol:>3} {action.key}{source}"
     if action.type == "replace" and action.forced_by is None:
         yield f"      # {action.reason}"
+    if action.keeps is not None:
+        yield f"      # {kept_note(action)}"
     for change in action.changes:
         yield "      " + _field_line(change)
+
+
+def kept_note(action: Action) -> str:
+    """What a replaced job leaves reachable and the command that reaches it: `keeps generation 1's outputs: nodus
+    cp tj/run:outputs/... --generation 1` (the new generation starts in a fresh folder; the old one is set aside)."""
+    kept = action.keeps
+    assert kept is not None
+    short = "tj" if action.key.kind == "TrainingJob" else "job"
+    project = "" if action.key.project == DEFAULT_PROJECT else f" -n {action.key.project}"
+    if kept.what == "outputs":
+        command = f"nodus cp {short}/{action.key.name}:outputs/... --generation {kept.generation}{project}"
+    else:
+        command = f"nodus logs {short}/{action.key.name} --generation {kept.generation}{project}"
+    return f"keeps generation {kept.generation}'s {kept.what}: {command}"
 
 
 def _field_line(change: FieldChange) -> str:
@@ -162,7 +178,7 @@ def _markdown_head(plan: Plan, budget: int, costs: PlanCosts | None, next_comman
     replacements = [action for action in plan.changes if action.type == "replace"]
     if replacements:
         parts += ["", "### Replacements", ""]
-        parts += [f"- {_code(str(action.key))}: {_reason(action)}" for action in replacements]
+        parts += [f"- {_code(str(action.key))}: {_reason(action)}{_kept_cell(action)}" for action in replacements]
     if plan.unmanaged:
         parts += ["", f"**Unmanaged, kept** ({len(plan.unmanaged)}): {_unmanaged_list(plan)}"]
     text = "\n".join(parts + footer) + "\n"
@@ -283,6 +299,13 @@ def _reason(action: Action) -> str:
     if action.forced_by:
         return f"{_code(action.forced_by)} cannot change in place"
     return action.reason
+
+
+def _kept_cell(action: Action) -> str:
+    if action.keeps is None:
+        return ""
+    what, _, command = kept_note(action).partition(": ")
+    return f"; {what} ({_code(command)})"
 
 
 def _unmanaged_list(plan: Plan) -> str:
