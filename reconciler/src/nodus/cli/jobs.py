@@ -20,9 +20,10 @@ import click
 from nodus.cli.console import err_line, line
 from nodus.cli.resources import split_target
 from nodus.errors import ConfigError
-from nodus.reconciler.executor.job import file_sha256
+from nodus.reconciler.executor.job import file_sha256, read_jsonl
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey
+from nodus.reconciler.views.warnings import failed_grading_lines
 
 JOB_KINDS = ("TrainingJob", "Job")
 
@@ -60,6 +61,9 @@ def logs(target: str, follow: bool, namespace: str | None, path: Path | None) ->
         if not follow or jobs.status(key.project, key.name).get("phase") in ("Succeeded", "Failed", "Cancelled"):
             if follow and log.exists() and log.stat().st_size > offset:
                 continue
+            gradings = jobs.files(key.project, key.name).gradings_log  # failed gradings: where their evidence is
+            for text in failed_grading_lines(read_jsonl(gradings), gradings):
+                err_line(text)
             return
         time.sleep(0.5)
 

@@ -245,6 +245,7 @@ def _read_records(project: Project) -> list[ResourceRecord]:
 
 def _wait(project: Project, store: StateStore, keys: list[ResourceKey], timeout: str) -> None:
     from nodus.reconciler.refresh import refresh
+    from nodus.reconciler.views.warnings import unseen as unseen_warnings
     from nodus.specs.types import parse_duration
 
     deadline = time.monotonic() + parse_duration(timeout).total_seconds()
@@ -264,6 +265,8 @@ def _wait(project: Project, store: StateStore, keys: list[ResourceKey], timeout:
             if shown.get(str(key)) != text:
                 shown[str(key)] = text
                 err_line(f"{key}: {text}")
+            for warning in unseen_warnings(record.status, shown, key.name):  # grading failures, flat rewards
+                err_line(f"{key}: {warning}")
             if phase not in TERMINAL:
                 pending.append(key)
         if not pending:
