@@ -77,10 +77,18 @@ def failed_grading_lines(records: Iterable[Mapping[str, Any]], log: Path, limit:
         return []
     lines = [f"{len(failed)} gradings failed (InfrastructureFailure, no reward): their evidence is in {log}"]
     for record in failed[:limit]:
-        evidence = record.get("evidence")
-        message = evidence.get("message") if isinstance(evidence, Mapping) else None
+        message = _message(record.get("evidence"))
         phase = record.get("phase", "Training")
         lines.append(f"  {phase} task {record.get('taskId')}: {message or 'no message in its evidence'}")
     if len(failed) > limit:
         lines.append(f"  ... and {len(failed) - limit} more")
     return lines
+
+
+def _message(evidence: object) -> str | None:
+    """The host's message (a timeout, a crash), else the grader's own (`evidence.sandbox.message`)."""
+    if not isinstance(evidence, Mapping):
+        return None
+    sandbox = evidence.get("sandbox")
+    found = evidence.get("message") or (sandbox.get("message") if isinstance(sandbox, Mapping) else None)
+    return str(found) if found else None
