@@ -115,4 +115,7 @@ def test_failed_gradings_reach_status_describe_get_wide_and_logs(tmp_path: Path,
     lines = err.splitlines()
     assert "16 gradings failed (InfrastructureFailure, no reward): their evidence is in" in lines[0]
     assert lines[0].endswith(str(gradings).rsplit("/jobs/", 1)[1])
-    assert lines[1].startswith("  Baseline task ") and "reward raised ZeroDivisionError: division by zero" in lines[1]
+    assert (
+        lines[1].startswith("  Baseline task ")
+        and "ZeroDivisionError: division by zero in reward (arithmetic_env.py:" in lines[1]
+    )

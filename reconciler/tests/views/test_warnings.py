@@ -77,13 +77,13 @@ def test_logs_lines_name_the_evidence_file_and_the_first_messages(tmp_path: Path
             "verdict": "InfrastructureFailure",
             "reward": None,
             "phase": "Training",
-            "evidence": {"sandbox": {"message": "reward raised ZeroDivisionError: division by zero"}},
+            "evidence": {"sandbox": {"message": "ZeroDivisionError: division by zero in reward (env.py:3)"}},
         }
         for i in range(5)
     ]
     lines = failed_grading_lines(records, log)
     assert lines[0] == f"5 gradings failed (InfrastructureFailure, no reward): their evidence is in {log}"
-    assert lines[1] == "  Training task t0: reward raised ZeroDivisionError: division by zero"
+    assert lines[1] == "  Training task t0: ZeroDivisionError: division by zero in reward (env.py:3)"
     assert lines[-1] == "  ... and 2 more" and len(lines) == 5
     assert failed_grading_lines(records[:1], log) == []
     timeout = {"taskId": "t9", "verdict": "InfrastructureFailure", "evidence": {"message": "took longer than 10s"}}
