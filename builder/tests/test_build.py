@@ -290,12 +290,42 @@ def test_a_failing_self_check_fails_the_build_with_its_step_and_log(
     code, output = run_build(capsys, *build_args([catalog / "arithmetic"], tmp_path, base_reference))
     row = output["results"][0]
     assert code == 1 and row["status"] == "failed"
-    assert row["error"].startswith("arithmetic@2.0.0: the self-check failed")
-    log = Path(row["hint"].removeprefix("full log: "))
+    # The fixture case's own disagreement first, then the step and the case, then the log.
+    cause, log_path = row["error"].split("; full log: ")
+    assert cause == (
+        "graded Correct (reward 1.0): arithmetic@2.0.0: the self-check failed in fixture 1 (full-reward) "
+        "(expected Incorrect, reward 0.0)"
+    )
+    log = Path(log_path)
     assert log.is_file() and '"fixture 1 (full-reward)"' in log.read_text()
     # Nothing was published: no lock entry, no tag.
     assert Lock.load(tmp_path / "nodus.lock").get("arithmetic", "2.0.0") is None
     assert tagged(Store(tmp_path / ".nodus").images, "env-arithmetic-2.0.0") is None
+
+
+PODMAN_PROGRESS = ("Getting image source signatures", "Copying blob", "Copying config", "Writing manifest", "Storing")
+
+
+def test_a_raising_reward_fails_the_build_with_the_python_error_first(
+    tmp_path: Path, base_reference: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    catalog = copy_catalog(tmp_path)
+    module = catalog / "arithmetic" / "arithmetic_env.py"
+    source = module.read_text()
+    # Every reply now raises in the reward: the self-check's gold answer is an InfrastructureFailure.
+    source = source.replace(
+        "    text = last_answer(completion)\n", "    text = last_answer(completion)\n    1 / 0\n", 1
+    )
+    module.write_text(source)
+    line = next(n for n, row in enumerate(source.splitlines(), start=1) if row == "    1 / 0")
+    code, output = run_build(capsys, *build_args([catalog / "arithmetic"], tmp_path, base_reference))
+    row = output["results"][0]
+    assert code == 1 and row["status"] == "failed"
+    error = row["error"]
+    assert error.startswith(f"ZeroDivisionError: division by zero in reward (arithmetic_env.py:{line}): "), error
+    assert "arithmetic@2.0.0: the self-check failed on the gold answer of train task " in error
+    assert not any(noise in error for noise in PODMAN_PROGRESS), error
+    assert "\n" not in error and Path(error.split("; full log: ")[1]).is_file()
 
 
 def _wheel(folder: Path, module: bytes) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
@@ -71,7 +72,8 @@ def test_reward_that_raises_or_returns_a_string_is_infrastructure_failure(make_e
     task_id = env.tasks("test")[0].task_id
     boom = env.grade_line({"taskId": task_id, "completion": "boom"})
     assert (boom["verdict"], boom["reward"]) == ("InfrastructureFailure", None)
-    assert boom["evidence"]["message"] == "reward raised ValueError: grader bug"
+    # The message names where it was raised: the reward's own file and line.
+    assert re.fullmatch(r"ValueError: grader bug in reward \(\w+\.py:\d+\)", boom["evidence"]["message"])
     yes = env.grade_line({"taskId": task_id, "completion": "yes"})
     assert yes["verdict"] == "InfrastructureFailure" and yes["reward"] is None
     assert "return a number, a bool or None" in yes["evidence"]["message"]
@@ -170,3 +172,24 @@ def test_bad_task_shapes_are_reported(make_env: Make) -> None:
     env = make_env("def tasks(split): return [42]\ndef reward(c, a): return 0\n")
     with pytest.raises(AdapterError, match=r"tasks\('train'\)\[0\]: a task is \(prompt, answer\)"):
         env.tasks("test")
+
+
+def test_the_selfcheck_report_carries_the_graders_own_error(make_env: Make) -> None:
+    from nodus.env.cli import selfcheck
+
+    env = make_env(
+        """
+        TASKS = [(f"t{i}", i) for i in range(4)]
+        def reward(completion, answer):
+            return 1 / 0
+        def gold_completion(answer):
+            return str(answer)
+        """,
+        name="raising_reward",
+    )
+    report = selfcheck(env)
+    assert report["ok"] is False
+    gold = next(check for check in report["checks"] if check["check"].startswith("gold answers"))
+    assert gold["detail"][0]["messages"] == ["ZeroDivisionError: division by zero in reward (raising_reward.py:4)"]
+    empty = next(check for check in report["checks"] if check["check"].startswith("empty reply"))
+    assert empty["message"] == "ZeroDivisionError: division by zero in reward (raising_reward.py:4)"

@@ -13,6 +13,7 @@ from nodus.reconciler.executor.summary import (
     GradingTally,
     compare,
     counts,
+    failures_message,
     summarize,
 )
 
@@ -266,3 +267,42 @@ def test_the_incremental_reward_signal_equals_counting_afresh(groups: list[tuple
         assert ("warning" in signal) is (bool(real) and len(flat) == len(real))
     else:
         assert tally.diagnostics() == {}
+
+
+def test_infrastructure_failures_are_counted_per_phase_against_that_phases_gradings() -> None:
+    training = [record(f"t{i % 8}", "Correct", "Training", request=2 + i // 8) for i in range(955)]
+    training += [record(f"t{i}", "InfrastructureFailure", "Training", request=200) for i in range(5)]
+    baseline = side("Baseline", 3, 20)
+    final = [*side("Evaluation", 5, 19, request=300), record("t19", "InfrastructureFailure", "Evaluation", 300)]
+    summary, _ = summarize([*baseline, *training, *final])
+    assert summary["gradingFailures"] == {
+        "failed": 6,
+        "gradings": 20 + 960 + 20,
+        "phases": {
+            "Baseline": {"failed": 0, "gradings": 20},
+            "Training": {"failed": 5, "gradings": 960},
+            "Evaluation": {"failed": 1, "gradings": 20},
+        },
+    }
+    assert failures_message(summary["gradingFailures"], "run") == (
+        "5 of 960 training gradings and 1 of 20 final evaluation gradings failed (InfrastructureFailure): "
+        "excluded from rewards and pass rates; see nodus logs tj/run"
+    )
+
+
+def test_a_run_without_failed_gradings_has_no_grading_failures_entry() -> None:
+    summary, _ = summarize([*side("Baseline", 3, 20), record("t0", "Incorrect", "Training")])
+    assert "gradingFailures" not in summary
+
+
+def test_a_task_graded_again_counts_again_and_a_restarted_tally_sees_the_same() -> None:
+    records = [record("t0", "InfrastructureFailure", "Baseline"), record("t0", "Correct", "Baseline", request=2)]
+    tally = GradingTally()
+    for item in records:
+        tally.add(item)
+    # The last verdict decides the pass rate; the failed grading still happened and is counted.
+    assert tally.summary()["baseline"] == {"tasks": 1, "scored": 1, "passed": 1, "unscored": 0}
+    assert tally.summary()["gradingFailures"]["phases"] == {"Baseline": {"failed": 1, "gradings": 2}}
+    assert failures_message(tally.summary()["gradingFailures"]) == (
+        "1 of 2 baseline gradings failed (InfrastructureFailure): excluded from pass rates; see nodus logs"
+    )

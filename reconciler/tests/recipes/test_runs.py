@@ -153,3 +153,23 @@ def test_a_run_that_is_not_in_the_store_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "nodus.lock").write_text("")
     with pytest.raises(ConfigError, match="TrainingJob/ghost is not in the project's state store"):
         rl.Run("ghost", "default", rl.Options(path=tmp_path)).status()
+
+
+def test_watch_ends_with_the_grading_failures_and_the_flat_reward_warning(run: rl.Run) -> None:
+    store = run.options.project().open_state()
+    try:
+        record = store.get(run.key)
+        assert record is not None
+        failures = {"failed": 5, "gradings": 960, "phases": {"Training": {"failed": 5, "gradings": 960}}}
+        signal = {"groups": 4, "flatGroups": 4, "warning": "every one of the 4 training groups got the same reward"}
+        summary = {**record.status["summary"], "gradingFailures": failures}
+        store.set_status(run.key, {**record.status, "summary": summary, "diagnostics": {"rewardSignal": signal}})
+    finally:
+        store.close()
+    out = io.StringIO()
+    run.watch(out=out, poll=0.01)
+    assert out.getvalue().splitlines()[-2:] == [
+        "warning: 5 of 960 training gradings failed (InfrastructureFailure): excluded from rewards; "
+        "see nodus logs tj/reward-run",
+        "warning: every one of the 4 training groups got the same reward",
+    ]

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from nodus.builder import base as base_image
 from nodus.builder.layers import Entry, tree_entries
@@ -68,7 +68,7 @@ from nodus.builder.plan import (
     source_digest,
 )
 from nodus.builder.requirements import install, lock, package_requirements
-from nodus.builder.sandbox import GRADER_UID, Mount, RunResult, run_script
+from nodus.builder.sandbox import GRADER_UID, Mount, RunResult, failure_cause, run_script
 from nodus.builder.store import Store, file_lock
 from nodus.errors import BuildError, ConfigError, NodusError
 from nodus.specs.environment import Environment
@@ -524,10 +524,7 @@ def _freeze(
         env={"HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0"},
     )
     if run.returncode != 0:
-        raise BuildError(
-            f"{build.environment}@{build.version}: the freeze step failed: {_tail(run.stderr)}",
-            hint=f"full log: {_save_log(store, build, 'freeze', run.stdout + run.stderr)}",
-        )
+        _fail(build, "the freeze step failed", run, store=store, step="freeze")
     info, manifests = read_outputs(out, build.manifests)
     # Lock files are left by the datasets cache while loading; they are empty and never needed to read it.
     entries = tree_entries(data, prefix=DATA_PATH, owner=_grader_owner, exclude=lambda rel: rel.endswith(".lock"))
@@ -577,10 +574,7 @@ def _check(
     script = f"{_tasks_script(build)}\n{selfcheck}"
     run = runner(final.layout, final.tag, final.config_digest, script, network="none", mounts=mounts)
     if run.returncode != 0:
-        raise BuildError(
-            f"{build.environment}@{build.version}: the self-check failed: {_tail(run.stdout + run.stderr)}",
-            hint=f"full log: {_save_log(store, build, 'check', run.stdout + run.stderr)}",
-        )
+        _fail(build, "the self-check failed", run, store=store, step="check")
     for key, expected in manifests.items():
         again = (out / _tasks_file(key)).read_bytes()
         if again != expected:
@@ -589,6 +583,16 @@ def _check(
                 "printed",
                 hint="the environment must load only what it fetched at build time and make tasks deterministically",
             )
+
+
+def _fail(build: BuildSpec, what: str, run: RunResult, *, store: Store, step: str) -> NoReturn:
+    """A failed sandbox step as one line that starts with the environment's own error (never podman's
+    progress), then the step and check it failed in, then where the whole output is. The log path is in the
+    message itself, because `nodus apply --build` shows the message alone."""
+    log = _save_log(store, build, step, run.stdout + run.stderr)
+    cause, where = failure_cause(run.stdout, run.stderr)
+    step_failed = f"{build.environment}@{build.version}: {what}" + (f" {where}" if where else "")
+    raise BuildError(f"{cause}: {step_failed}; full log: {log}")
 
 
 def _save_log(store: Store, build: BuildSpec, step: str, text: str) -> Path:

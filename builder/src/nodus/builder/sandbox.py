@@ -9,12 +9,19 @@ The podman flags are the ones FACTS.md found to work here (runc, cgroupfs, expli
 read-only root, no capabilities and no new privileges. The image is read straight from the OCI layout
 (`oci:<layout>:<tag>`); podman copies it into its own storage for the run, and the build removes that copy
 afterwards so repeated builds do not fill the disk.
+
+When a run fails, `failure_cause` finds the environment's own error in what it printed (a failed check of
+the self-check report, the loader's `nodus-env: ...` line, or the last line of a Python traceback, with the
+file and line it points at), never podman's progress lines (`Copying blob ...`, `Storing signatures`), which
+come on the same standard error while it copies the image.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -22,6 +29,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from nodus.builder.store import file_lock, user_cache
 from nodus.errors import BuildError, PrerequisiteError
@@ -133,4 +141,85 @@ def _forget(config_digest: str) -> None:
 
 
 def _tail(text: str, count: int = 4) -> str:
-    return " | ".join(text.strip().splitlines()[-count:]) or "no output"
+    return " | ".join(environment_lines(text)[-count:]) or "no output"
+
+
+PODMAN_PROGRESS = re.compile(
+    r"^(Getting image source signatures|Copying (blob|config) |Writing manifest( to image destination)?|"
+    r"Storing signatures|Trying to pull |time=\S+ level=(info|warning)|WARN\[\d+\])"
+)
+"""Lines podman prints while it copies an image in (or about its own set-up): never an environment's error."""
+TRACEBACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
+EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning)\b:?.*")
+
+
+def environment_lines(text: str) -> list[str]:
+    """`text` without podman's progress lines and blank lines."""
+    return [row.rstrip() for row in text.splitlines() if row.strip() and not PODMAN_PROGRESS.match(row.strip())]
+
+
+def failure_cause(stdout: str, stderr: str) -> tuple[str, str]:
+    """Why a sandbox run of `nodus-env` failed, in the environment's own words, and where (which check):
+    (`ZeroDivisionError: division by zero in reward (reverse_words.py:12)`, `on the gold answer of train task
+    t1 (expected Correct)`); the second is empty when the run failed before any check."""
+    report = _selfcheck_report(stdout)
+    if report is not None:
+        failed = [check for check in report.get("checks") or [] if isinstance(check, dict) and not check.get("ok")]
+        if failed:
+            cause, where = _check_failure(failed[0])
+            more = f" (and {len(failed) - 1} more failed checks)" if len(failed) > 1 else ""
+            return cause, where + more
+    lines = environment_lines(stderr)
+    for row in reversed(lines):
+        if row.startswith("nodus-env: "):
+            return row.removeprefix("nodus-env: "), ""
+    traceback_line = _traceback_cause(lines)
+    if traceback_line:
+        return traceback_line, ""
+    return " | ".join([*lines, *environment_lines(stdout)][-3:]) or "it printed nothing", ""
+
+
+def _selfcheck_report(stdout: str) -> dict[str, Any] | None:
+    """The JSON report `nodus-env selfcheck` prints last (indented, so from its last line that is `{`)."""
+    start = stdout.rfind("\n{")
+    candidate = stdout[start + 1 :] if start >= 0 else stdout if stdout.startswith("{") else ""
+    try:
+        report = json.loads(candidate)
+    except ValueError:
+        return None
+    return report if isinstance(report, dict) and "checks" in report else None
+
+
+def _check_failure(check: dict[str, Any]) -> tuple[str, str]:
+    """(the grader's message or the verdict it gave, which check it was)."""
+    what, split = str(check.get("check", "a check")), check.get("split")
+    where = f"{split} " if split else ""
+    detail = check.get("detail")
+    if what.startswith("gold answers") and isinstance(detail, list) and detail and isinstance(detail[0], dict):
+        first = detail[0]
+        verdicts = ", ".join(map(str, first.get("verdicts") or [])) or "no verdict"
+        cause = "; ".join(map(str, first.get("messages") or [])) or f"the gold answer was graded {verdicts}"
+        return cause, f"on the gold answer of {where}task {first.get('taskId')} (expected Correct)"
+    if what.startswith("empty reply"):
+        cause = str(check.get("message") or f"an empty reply was graded {detail}")
+        return cause, f"on an empty reply to {where}task {check.get('taskId')} (expected InvalidOutput or Incorrect)"
+    if isinstance(detail, dict) and "expected" in detail:
+        got, expected = detail.get("got") or ["?", None], detail.get("expected") or ["?", None]
+        cause = str(detail.get("message") or f"graded {got[0]} (reward {got[1]})")
+        return cause, f"in {what} (expected {expected[0]}, reward {expected[1]})"
+    return f"{what}: {detail}" if detail else what, ""
+
+
+def _traceback_cause(lines: list[str]) -> str:
+    """The exception line of the last Python traceback, with the file and line of its innermost frame."""
+    start = max((i for i, row in enumerate(lines) if row.startswith("Traceback (most recent call last)")), default=-1)
+    if start < 0:
+        return ""
+    frame = ""
+    for row in lines[start + 1 :]:
+        found = TRACEBACK_FRAME.match(row)
+        if found:
+            frame = f"{os.path.basename(found['file'])}:{found['line']}"
+        elif not row.startswith(" ") and EXCEPTION_LINE.match(row):
+            return f"{row} ({frame})" if frame and frame not in row else row
+    return ""

@@ -22,10 +22,11 @@ import click
 from nodus.cli.console import err_line, line
 from nodus.cli.resources import split_target
 from nodus.errors import ConfigError
-from nodus.reconciler.executor.job import JobFiles
+from nodus.reconciler.executor.job import JobFiles, read_jsonl
 from nodus.reconciler.executor.outputs import copy_verified, recorded
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey
+from nodus.reconciler.views.warnings import failed_grading_lines
 
 JOB_KINDS = ("TrainingJob", "Job")
 
@@ -74,6 +75,9 @@ def logs(target: str, follow: bool, generation: int | None, namespace: str | Non
         if not follow or files.read_status().get("phase") in ("Succeeded", "Failed", "Cancelled"):
             if follow and log.exists() and log.stat().st_size > offset:
                 continue
+            gradings = files.gradings_log  # failed gradings: where their evidence is
+            for text in failed_grading_lines(read_jsonl(gradings), gradings):
+                err_line(text)
             return
         time.sleep(0.5)
 

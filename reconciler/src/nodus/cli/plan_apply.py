@@ -271,11 +271,13 @@ def _wait(project: Project, store: StateStore, keys: list[ResourceKey], timeout:
 
     Ends early, with those outcomes, as soon as nothing is left that can still change; a timeout is an error."""
     from nodus.reconciler.refresh import refresh
+    from nodus.reconciler.views.warnings import unseen as unseen_warnings
     from nodus.reconciler.waiting import outcome
     from nodus.specs.types import parse_duration
 
     deadline = time.monotonic() + parse_duration(timeout).total_seconds()
     shown: dict[ResourceKey, list[str]] = {}
+    warned: dict[str, str] = {}
     ended: dict[ResourceKey, Outcome] = {}
     while True:
         refresh(project, store)
@@ -289,6 +291,8 @@ def _wait(project: Project, store: StateStore, keys: list[ResourceKey], timeout:
                 shown[key] = lines
                 for text in lines:
                     err_line(text)
+            for warning in unseen_warnings(record.status, warned, key.name):  # grading failures, flat rewards
+                err_line(f"{key}: {warning}")
             result = outcome(record, store, suspended_ends=True)
             if result is None:
                 pending.append(record)

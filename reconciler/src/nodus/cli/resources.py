@@ -177,7 +177,11 @@ def describe(target: str, name: str | None, namespace: str | None, state: str | 
         line(_indent(yaml.safe_dump(record.spec.get("spec", {}), sort_keys=False)))
         line("Status:")
         line(_indent(yaml.safe_dump(record.status or {"phase": "Unknown"}, sort_keys=False)))
-        results = results_view.result_lines(record.status or {})
+        conditions = [c for c in (record.status or {}).get("conditions") or [] if isinstance(c, dict)]
+        if conditions:
+            line("Conditions:")
+            line(_indent("\n".join(_condition(c) for c in conditions)))
+        results = results_view.result_lines(record.status or {}, record.key.name)
         if results:
             line("Results:")
             line(_indent("\n".join(results)))
@@ -189,6 +193,12 @@ def describe(target: str, name: str | None, namespace: str | None, state: str | 
             line(f"  {stamp}  {event.type:<7}  {event.reason:<22}  {event.message}{times}")
     finally:
         store.close()
+
+
+def _condition(condition: dict[str, object]) -> str:
+    """`GradingFailures  True   InfrastructureFailure  5 of 960 training gradings failed ...`"""
+    reason, message = condition.get("reason") or "", condition.get("message") or ""
+    return f"{condition.get('type', '?'):<17}{condition.get('status', '?'):<7}{reason!s:<23}{message}".rstrip()
 
 
 def _indent(text: str) -> str:

@@ -20,6 +20,7 @@ from nodus.reconciler.executor.job import JobFiles, json_objects, read_jsonl
 from nodus.reconciler.executor.outputs import copy_verified, recorded
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import ResourceKey
+from nodus.reconciler.views.warnings import unseen
 
 ENDED = ("Succeeded", "Failed", "Cancelled", "Suspended")
 """Phases a run stays in until someone acts (a Suspended run resumes when its cap is raised)."""
@@ -125,7 +126,8 @@ class Run:
             time.sleep(poll)
 
     def watch(self, out: TextIO | None = None, *, poll: float = 1.0) -> Record:
-        """Print each stage as it starts, then reward, loss and KL of every step, until the run ends."""
+        """Print each stage as it starts, then reward, loss and KL of every step, until the run ends; and a
+        `warning:` line when gradings fail or the reward signal is flat (again with the final figures)."""
         stream = out or sys.stdout
         events = _Tail(self.files.events_log)
         shown: dict[str, Any] = {}
@@ -138,7 +140,9 @@ class Run:
                 for record in events.read():
                     _show_progress(record, shown, stream)
                 _show_end(self.name, status, stream)
+                _show_warnings(self.name, status, shown, stream)
                 return status
+            _show_warnings(self.name, status, shown, stream)
             time.sleep(poll)
 
     # --- gradings ----------------------------------------------------------------------------------------
@@ -238,6 +242,11 @@ def _show_progress(record: dict[str, Any], shown: dict[str, Any], out: TextIO) -
     total = record.get("totalSteps")
     step = f"{record['step']}/{total}" if total else f"{record['step']}"
     print(f"step {step}: " + ", ".join(values), file=out, flush=True)
+
+
+def _show_warnings(name: str, status: Record, shown: dict[str, Any], out: TextIO) -> None:
+    for text in unseen(status, shown, name):
+        print(text, file=out, flush=True)
 
 
 def _show_end(name: str, status: Record, out: TextIO) -> None:

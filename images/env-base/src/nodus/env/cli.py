@@ -164,12 +164,17 @@ def selfcheck(
             continue
         wrong = []
         for task in tasks[: max(gold, 1)]:
-            verdicts = [
-                env.grade_line({"taskId": task.task_id, "completion": c}, timeout_s)["verdict"]
+            results = [
+                env.grade_line({"taskId": task.task_id, "completion": c}, timeout_s)
                 for c in env.adapter.gold_completions(env.adapter_task(task))
             ]
+            verdicts = [result["verdict"] for result in results]
             if contract.CORRECT not in verdicts:
-                wrong.append({"taskId": task.task_id, "verdicts": verdicts})
+                # The grader's own words (`ZeroDivisionError: ... in reward (env.py:12)`): what the build error shows.
+                messages = [result["evidence"]["message"] for result in results if "message" in result["evidence"]]
+                wrong.append(
+                    {"taskId": task.task_id, "verdicts": verdicts, **({"messages": messages} if messages else {})}
+                )
         checks.append(
             {
                 "split": split,
@@ -187,6 +192,7 @@ def selfcheck(
                 "ok": empty["verdict"] in (contract.INVALID_OUTPUT, contract.INCORRECT),
                 "taskId": first.task_id,
                 "detail": empty["verdict"],
+                **({"message": empty["evidence"]["message"]} if "message" in empty["evidence"] else {}),
             }
         )
     for number, case in enumerate(fixtures or [], start=1):

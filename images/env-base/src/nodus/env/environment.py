@@ -8,8 +8,10 @@ the JSON-lines protocol (the CLI sends their output to stderr).
 
 from __future__ import annotations
 
+import os
 import signal
 import time
+import traceback
 from importlib import metadata as importlib_metadata
 from typing import Any
 
@@ -139,7 +141,7 @@ class Environment:
         except GradeTimeoutError:
             return contract.failure(f"reward took longer than {timeout_s:g}s")
         except Exception as exc:
-            return contract.failure(f"reward raised {type(exc).__name__}: {str(exc)[:300]}")
+            return contract.failure(f"{type(exc).__name__}: {str(exc)[:300]} {_where(exc)}")
         finally:
             if armed:
                 signal.setitimer(signal.ITIMER_REAL, 0)
@@ -186,3 +188,12 @@ def load_environment(settings: Settings | None = None, isolation: str = "same-ui
     """Load the environment the NODUS_* variables name (or `settings`) and wrap it."""
     settings = settings or Settings.from_env()
     return Environment(adapt(load(settings)), settings, isolation)
+
+
+def _where(exc: BaseException) -> str:
+    """`in reward (reverse_words.py:12)`: the function, file and line the exception was raised at (the
+    innermost frame), so a build's self-check failure or a failed grading's evidence points at the line to fix."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "in the reward"
+    return f"in {frames[-1].name} ({os.path.basename(frames[-1].filename)}:{frames[-1].lineno})"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from nodus.reconciler.executor.summary import GRADING_FAILURES, failures_message
 from nodus.reconciler.state.records import Conflict, Event, JSONObject, ResourceRecord, StateStore
 
 ADMISSION_REASONS = frozenset(
@@ -53,6 +54,10 @@ def conditions(kind: str, status: JSONObject) -> list[JSONObject]:
     found.append(_condition("Succeeded", phase == "Succeeded", reason if phase in ("Failed", "Cancelled") else "", ""))
     if phase == "Suspended":
         found.append(_condition("Suspended", True, reason, message))
+    failures = (status.get("summary") or {}).get(GRADING_FAILURES)
+    if isinstance(failures, dict) and failures.get("failed"):
+        # A run that succeeds with replies never scored says so (the seeds: unscored, never a reward of 0).
+        found.append(_condition("GradingFailures", True, "InfrastructureFailure", failures_message(failures)))
     export = status.get("export")
     if isinstance(export, dict):
         # The seeds' `Exported` condition: the exact Volume revision the outputs were committed to.

@@ -16,7 +16,10 @@ Evaluation) and the supervisor's `request` (one number per gradings request). Th
   least `minComparisonTasks` tasks scored on both (`TooFewTasks`), and not all-fail (`NonePassed`) nor
   all-pass (`AllPassed`) on both sides; pass rates and the change are on the tasks scored on both sides;
 - completions of one task in one Training request are a group (GRPO's group); a group whose rewards are all
-  the same teaches a group-relative method nothing, and when every group is so, `rewardSignal` warns.
+  the same teaches a group-relative method nothing, and when every group is so, `rewardSignal` warns;
+- every InfrastructureFailure verdict is a failed grading, counted per phase against that phase's gradings
+  (`gradingFailures`, only when there was one): the run still succeeds, so the count and the
+  `GradingFailures` condition (`failures_message`) are how users learn that some replies were never scored.
 """
 
 from __future__ import annotations
@@ -43,7 +46,10 @@ ALL_PASSED: Final = "AllPassed"
 REASONS: Final = (TOO_FEW_TASKS, DIFFERENT_TASKS, NONE_PASSED, ALL_PASSED, INCOMPLETE_EVENTS)
 
 DEFAULT_MIN_COMPARISON_TASKS: Final = 16
-PLATFORM_SUMMARY_KEYS: Final = frozenset({"baselinePassRate", "finalPassRate", "baseline", "final", "comparison"})
+GRADING_FAILURES: Final = "gradingFailures"
+PLATFORM_SUMMARY_KEYS: Final = frozenset(
+    {"baselinePassRate", "finalPassRate", "baseline", "final", "comparison", GRADING_FAILURES}
+)
 """status.summary keys the platform owns: a trainer's report never overwrites them."""
 
 RATE_DIGITS: Final = 4
@@ -77,6 +83,10 @@ class GradingTally:
         self.flat_groups = 0
         self.last_request = 0
         """The highest `request` number seen: a restarted supervisor numbers its requests after it."""
+        self.gradings: dict[str, int] = dict.fromkeys(PHASES, 0)
+        self.failures: dict[str, int] = dict.fromkeys(PHASES, 0)
+        """Gradings and failed gradings (InfrastructureFailure) per phase, every record counted (a task graded
+        again counts again: each was a grading that ran)."""
 
     def add(self, record: Mapping[str, Any]) -> None:
         """Fold in one verdict record; anything malformed about it is skipped, never raised."""
@@ -88,6 +98,9 @@ class GradingTally:
         if isinstance(request, int) and not isinstance(request, bool):
             self.last_request = max(self.last_request, request)
         phase = record.get("phase", DEFAULT_PHASE)
+        if phase in self.gradings:
+            self.gradings[phase] += 1
+            self.failures[phase] += int(verdict in UNSCORED)
         if phase in self._last:
             self._last[phase][task_id] = verdict
         elif phase == TRAINING:
@@ -133,7 +146,18 @@ class GradingTally:
         if final:
             out["final"] = counts(final)
         out["comparison"] = comparison
+        if any(self.failures.values()):
+            out[GRADING_FAILURES] = self.grading_failures()
         return out
+
+    def grading_failures(self) -> dict[str, Any]:
+        """`{failed, gradings, phases: {phase: {failed, gradings}}}`: the phases that graded anything."""
+        phases = {
+            phase: {"failed": self.failures[phase], "gradings": self.gradings[phase]}
+            for phase in PHASES
+            if self.gradings[phase]
+        }
+        return {"failed": sum(self.failures.values()), "gradings": sum(self.gradings.values()), "phases": phases}
 
     def diagnostics(self) -> dict[str, Any]:
         """status.diagnostics: the reward signal of training (empty when nothing was graded in Training)."""
@@ -157,6 +181,29 @@ def summarize(
     for record in records:
         tally.add(record)
     return tally.summary(min_tasks), tally.diagnostics()
+
+
+PHASE_WORDS: Final = {BASELINE: "baseline", TRAINING: "training", EVALUATION: "final evaluation"}
+
+
+def failures_message(failures: Mapping[str, Any], job: str | None = None) -> str:
+    """One sentence for a `gradingFailures` entry, the GradingFailures condition's message and the warning
+    people see: `5 of 960 training gradings failed (InfrastructureFailure): excluded from rewards; see nodus
+    logs tj/JOB` (`job`: the TrainingJob's name, when the caller knows it)."""
+    phases = failures.get("phases")
+    parts, excluded = [], []
+    for phase in PHASES:
+        entry = phases.get(phase) if isinstance(phases, Mapping) else None
+        if not isinstance(entry, Mapping) or not entry.get("failed"):
+            continue
+        parts.append(f"{entry['failed']} of {entry.get('gradings', '?')} {PHASE_WORDS[phase]} gradings")
+        excluded.append("rewards" if phase == TRAINING else "pass rates")
+    if not parts:
+        parts.append(f"{failures.get('failed', 0)} of {failures.get('gradings', '?')} gradings")
+        excluded.append("rewards and pass rates")
+    what = " and ".join(dict.fromkeys(excluded))
+    logs = f"nodus logs tj/{job}" if job else "nodus logs"
+    return f"{' and '.join(parts)} failed (InfrastructureFailure): excluded from {what}; see {logs}"
 
 
 def counts(side: Mapping[str, str]) -> dict[str, int]:

@@ -3,7 +3,8 @@
 Who calls it: `nodus get` (table and `-o wide`). Each kind has its columns; an unknown kind gets NAME, PHASE
 and AGE. Values come from the record's spec and status; a missing one is shown as `-`. The PHASE cell of a
 resource that waits or stopped says why (`Pending (EnvironmentNotReady)`); `-o wide` puts it in REASON, and
-adds, for every kind, SYNC, HEALTH and REVISION: what `nodus controller` last synced (`controller.sync_status`).
+adds, for every kind, SYNC, HEALTH and REVISION: what `nodus controller` last synced (`controller.sync_status`),
+and for a TrainingJob GRADING-FAILURES: failed of all gradings (`views.warnings.failures_cell`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from nodus.reconciler.controller.sync_status import health_of, sync_state
 from nodus.reconciler.state.records import ResourceRecord
+from nodus.reconciler.views.warnings import failures_cell
 
 Column = tuple[str, Callable[[ResourceRecord], str]]
 
@@ -105,6 +107,7 @@ WIDE: dict[str, list[Column]] = {
     "TrainingJob": [
         ("STEP", lambda r: _text(_get(r.status, "step"))),
         ("REASON", lambda r: _text(_get(r.status, "reason"))),
+        ("GRADING-FAILURES", lambda r: failures_cell(r.status)),
         ("GENERATION", lambda r: str(r.generation)),
     ],
     "Environment": [

@@ -3,7 +3,8 @@ the time a finished run took per step and per task (`status.timing`, which later
 
 Who calls it: `nodus describe tj/NAME`, which prints these lines under `Results:` (the raw fields stay in the
 status YAML above them). They read `status.summary` and `status.diagnostics`, which the job's supervisor
-computes from the platform's own gradings.
+computes from the platform's own gradings; the `Warning:` lines are `views.warnings`' (the same lines
+`watch`, `apply --wait` and `get -o wide` show).
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from nodus.reconciler.views.warnings import warning_lines
 
-def result_lines(status: Mapping[str, Any]) -> list[str]:
-    """The lines to print (without indentation); none when the job has no summary yet."""
+
+def result_lines(status: Mapping[str, Any], job: str | None = None) -> list[str]:
+    """The lines to print (without indentation); none when the job has no summary yet (`job`: its name)."""
     summary = status.get("summary")
     diagnostics = status.get("diagnostics")
     lines: list[str] = []
@@ -32,8 +35,10 @@ def result_lines(status: Mapping[str, Any]) -> list[str]:
     if isinstance(signal, Mapping):
         groups, flat = signal.get("groups", 0), signal.get("flatGroups", 0)
         lines.append(f"{'Reward signal:':<15}{flat} of {groups} training groups had the same reward throughout")
-        if signal.get("warning"):
-            lines.append(f"{'Warning:':<15}{signal['warning']}")
+    failures = summary.get("gradingFailures") if isinstance(summary, Mapping) else None
+    if isinstance(failures, Mapping):
+        lines.append(f"{'Gradings:':<15}{failures.get('failed')} of {failures.get('gradings')} failed")
+    lines += [f"{'Warning:':<15}{text}" for text in warning_lines(status, job)]
     timing = status.get("timing")
     if isinstance(timing, Mapping) and timing.get("seconds") is not None:
         lines.append(f"{'Timing:':<15}{_timing(timing)}")
