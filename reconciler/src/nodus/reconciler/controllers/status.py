@@ -8,6 +8,7 @@ looks); a repeat of the same event only raises its count (the store deduplicates
 
 from __future__ import annotations
 
+from nodus.reconciler.controllers.coverage import UNSUPPORTED_PHASE
 from nodus.reconciler.state.records import Event, JSONObject, ResourceRecord, StateStore
 
 ADMISSION_REASONS = frozenset(
@@ -22,9 +23,10 @@ ADMISSION_REASONS = frozenset(
         "VolumeNotFound",
         "VolumeNotWritable",
         "RuntimeLacksOutputs",
+        "TooFewHeldOutTasks",
     }
 )
-WARNING_PHASES = frozenset({"Failed", "Suspended"})
+WARNING_PHASES = frozenset({"Failed", "Suspended", UNSUPPORTED_PHASE})
 
 
 def conditions(kind: str, status: JSONObject) -> list[JSONObject]:
