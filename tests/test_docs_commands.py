@@ -59,7 +59,8 @@ def test_every_documented_command_exists(words: tuple[str, ...]) -> None:
 
 
 def test_every_pinned_tiny_model_revision_is_the_one_the_recipe_builds() -> None:
-    from nodus.runtimes.tiny_model import REPO as TINY, Recipe, revision
+    from nodus.runtimes.tiny_model import REPO as TINY
+    from nodus.runtimes.tiny_model import Recipe, revision
 
     built = revision(Recipe(), QUICKSTART / "reverse_words.py")  # what `make quickstart` builds
     files = [*PAGES, *sorted((REPO / "examples").rglob("*.yaml"))]

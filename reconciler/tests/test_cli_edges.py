@@ -83,7 +83,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_every_kind_either_has_a_controller_or_is_stored_only() -> None:
-    assert CONTROLLED_KINDS <= set(BY_KIND)
+    assert set(BY_KIND) >= CONTROLLED_KINDS
     stored_only = {kind for kind in BY_KIND if not has_controller(kind)}
     assert {"InferenceEndpoint", "Agent", "AgentRun", "AgentGroup", "Secret", "Budget"} <= stored_only
 
@@ -155,14 +155,14 @@ def test_a_misspelt_runtime_gets_a_did_you_mean(project: Path) -> None:
     (project / "environment.yaml").write_text(ENVIRONMENT)
     (project / "job.yaml").write_text(JOB.format(runtime="nodus/grpo-lor", held_out="", extra=""))
     code, out, err = nodus("plan", ".")
-    assert code == 1
+    assert code == 1 and out == ""
     assert err.splitlines()[0] == (
         "error: job.yaml: TrainingJob/run: spec.runtime: TrainingRuntime nodus/grpo-lor does not exist; "
         "did you mean nodus/grpo-lora?"
     )
     # Nothing close: no guess.
     (project / "job.yaml").write_text(JOB.format(runtime="nodus/something-else", held_out="", extra=""))
-    code, out, err = nodus("plan", ".")
+    code, _, err = nodus("plan", ".")
     assert code == 1 and err.splitlines()[0].endswith("TrainingRuntime nodus/something-else does not exist")
 
 
@@ -194,3 +194,30 @@ def test_too_few_held_out_tasks_for_the_comparison_is_refused_at_plan(project: P
     (project / "job.yaml").write_text(JOB.format(runtime="nodus/grpo-lora", held_out=", heldOutTasks: 8", extra=extra))
     code, out, err = nodus("plan", ".")
     assert code == 2, err
+
+
+def test_reads_in_a_folder_that_is_no_project_create_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NODUS_HOME", raising=False)
+    monkeypatch.delenv("NODUS_STATE", raising=False)
+    folder = tmp_path / "not-a-project"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    code, out, _ = nodus("get", "tj")
+    assert code == 0 and "No TrainingJob resources found." in out
+    code, out, _ = nodus("get", "ep", "-o", "wide")
+    assert code == 0
+    code, _, err = nodus("describe", "tj/x")
+    assert code == 1 and "TrainingJob/x not found" in err
+    code, _, err = nodus("wait", "tj/x", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=1s")
+    assert code == 1
+    (folder / "endpoint.yaml").write_text(ENDPOINT)
+    code, out, _ = nodus("plan", ".")
+    assert code == 2 and "+ InferenceEndpoint/support-bot" in out
+    assert sorted(path.name for path in folder.iterdir()) == ["endpoint.yaml"]  # no .nodus/
+
+    # A write creates the state folder, which git then ignores as a whole.
+    code, out, err = nodus("apply", ".", "--yes")
+    assert code == 0, err
+    assert "*" in (folder / ".nodus" / ".gitignore").read_text().splitlines()
+    code, out, _ = nodus("get", "ep")
+    assert "support-bot" in out  # the real store, once there is one

@@ -78,10 +78,16 @@ def test_a_pass_applies_a_new_revision_then_finds_it_in_sync(controller: Control
     )
     report = controller.sync()
     assert report.outcome == SYNCED and report.changed == 2 and report.revision and report.revision.sha == first
-    assert report.sync == {"Synced": 2, "OutOfSync": 0} and report.health == {**report.health, "Healthy": 1, "Unknown": 1}
+    assert report.sync == {"Synced": 2, "OutOfSync": 0} and report.health == {
+        **report.health,
+        "Healthy": 1,
+        "Unknown": 1,
+    }
     # The Secret's second line says nothing runs it (stored only).
     assert [event for event, _ in controller.told] == ["applying", "resource", "resource", "resource"]
-    assert f'synced {first[:7]} "creds and data": 2 changed, 0 launched; 2 Synced, 1 Healthy, 1 Unknown' in report.line()
+    assert (
+        f'synced {first[:7]} "creds and data": 2 changed, 0 launched; 2 Synced, 1 Healthy, 1 Unknown' in report.line()
+    )
     assert controller.states() == {
         "Secret/creds": ("Synced", "Unknown", first),
         "Volume/data": ("Synced", "Healthy", first),

@@ -95,7 +95,7 @@ def plan_command(
     where = path or Path.cwd()
     desired = read_desired(where)
     project = Project.find(where, state=state)
-    store = project.open_state()
+    store = project.open_state(create=False)  # planning reads: no .nodus/ where there is none
     try:
         from nodus.reconciler.refresh import refresh
 

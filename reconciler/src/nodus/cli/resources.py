@@ -47,7 +47,7 @@ def split_target(target: str, name: str | None = None) -> tuple[str, str | None]
 
 def _open(path: Path | None, state: str | None) -> tuple[Project, StateStore]:
     project = Project.find(path, state=state)
-    store = project.open_state()
+    store = project.open_state(create=False)  # a read: no .nodus/ where there is none
     from nodus.reconciler.refresh import refresh
 
     refresh(project, store)
