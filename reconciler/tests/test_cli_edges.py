@@ -221,3 +221,29 @@ def test_reads_in_a_folder_that_is_no_project_create_nothing(tmp_path: Path, mon
     assert "*" in (folder / ".nodus" / ".gitignore").read_text().splitlines()
     code, out, _ = nodus("get", "ep")
     assert "support-bot" in out  # the real store, once there is one
+
+
+def test_code_edited_without_a_version_bump_is_said_at_plan(project: Path) -> None:
+    from nodus.builder.lockfile import Lock, LockEntry
+    from nodus.builder.plan import source_digest
+
+    package = project / "env"
+    package.mkdir()
+    (package / "environment.yaml").write_text(ENVIRONMENT.replace("project: nodus", "project: default"))
+    (package / "arithmetic_env.py").write_text("def load_environment():\n    return None\n")
+    digest = "sha256:" + "1" * 64
+    lock = Lock.load(project / "nodus.lock")
+    built = source_digest(package, skip=["environment.yaml"])  # as nodus-build hashes it
+    lock.record("arithmetic", "2.0.0", LockEntry(digest, digest, digest, digest, builder="0.1.0", source=built))
+    lock.save()
+    code, _, err = nodus("plan", ".")
+    assert code == 2 and "warning" not in err, err
+
+    (package / "arithmetic_env.py").write_text("def load_environment():\n    return 42\n")
+    code, _out, err = nodus("plan", ".")
+    assert code == 2  # the plan itself is unchanged: the spec did not change
+    warning = next(line for line in err.splitlines() if line.startswith("warning:"))
+    assert warning.startswith("warning: env/environment.yaml: Environment/arithmetic: spec.version: ")
+    assert "changed since arithmetic@2.0.0 was built" in warning and "bump spec.version" in warning
+    _, _, err = nodus("apply", ".", "--yes")
+    assert "Environment/arithmetic: spec.version: the package's files" in err
