@@ -51,6 +51,29 @@ def test_a_broken_reward_fails_the_test(tmp_path: Path) -> None:
     folder = tmp_path / "spell"
     run("env", "init", "spell", "--dir", str(folder))
     module = folder / "spell_env.py"
+    module.write_text(module.read_text().replace("return 1.0 if found[-1].lower() == answer else 0.0", "return 'yes'"))
+    code, out, _ = run("env", "test", str(folder))
+    assert code == 1
+    assert "✗ train gold answers of 20 tasks are Correct" in out
+    assert "failed" in out.strip().splitlines()[-1]
+
+
+def test_errors_name_the_file(tmp_path: Path) -> None:
+    code, _, err = run("env", "test", str(tmp_path))
+    assert code == 1 and "no environment.yaml here" in err
+    (tmp_path / "environment.yaml").write_text(
+        "apiVersion: nodus.dev/v1\nkind: Environment\nmetadata: {name: e}\n"
+        "spec: {version: 1.0.0, package: {pip: {name: e, version: 1.0.0}}}\n"
+    )
+    code, _, err = run("env", "test", str(tmp_path))
+    assert code == 1 and "only a local path package can be tested in place" in err
+
+
+def test_a_rewritten_task_fails_the_scaffolds_fixtures_and_says_to_edit_fixtures_jsonl(tmp_path: Path) -> None:
+    folder = tmp_path / "spell"
+    assert run("env", "init", "spell", "--dir", str(folder))[0] == 0
+    module = folder / "spell_env.py"
+    # The user's own task (the word in capitals); the scaffold's fixture cases still expect it spelt backwards.
     module.write_text(module.read_text().replace('"answer": w[::-1]', '"answer": w.upper()'))
     code, out, _ = run("env", "test", str(folder), "-o", "json")
     assert code == 1
