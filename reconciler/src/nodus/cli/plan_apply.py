@@ -28,6 +28,7 @@ import click
 
 from nodus.cli.console import err_line, line
 from nodus.errors import ConfigError, SpecError
+from nodus.reconciler.controllers.coverage import UNSUPPORTED_PHASE
 from nodus.reconciler.planning.desired import Desired
 from nodus.reconciler.planning.diff import Plan, plan
 from nodus.reconciler.planning.render import render_json, render_markdown, render_table
@@ -36,7 +37,8 @@ from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import ResourceKey, ResourceRecord, StateStore
 
 RENDERERS = ("json", "markdown", "table")
-TERMINAL = {"Succeeded", "Failed", "Cancelled", "Suspended", "Ready"}
+TERMINAL = {"Succeeded", "Failed", "Cancelled", "Suspended", "Ready", UNSUPPORTED_PHASE}
+"""Phases `apply --wait` stops waiting at; a stored-only kind's (`Unsupported`) never changes, nothing runs it."""
 PRICES_HELP = "A price table merged over the others (catalog, $NODUS_PRICES, the project's prices.yaml)."
 
 
