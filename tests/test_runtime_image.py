@@ -75,6 +75,7 @@ metadata: {{name: {name}}}
 spec:
   runtime: echo-image
   environment: {{name: nodus/arithmetic@2.0.0, trainTasks: 20, heldOutTasks: 8, seed: 42}}
+  evaluation: {{minComparisonTasks: 8}}  # 8 held out: plan refuses a comparison that could never be made
   parameters: {parameters}
 """
 

@@ -144,3 +144,26 @@ def test_entries_are_checked() -> None:
         LockEntry(
             image=_digest("a"), base=_digest("b"), requirements=_digest("c"), key=_digest("d"), splits={"train": -1}
         )
+
+
+def test_the_source_digest_is_recorded_and_an_entry_without_one_still_reads(tmp_path: Path) -> None:
+    path = tmp_path / "nodus.lock"
+    lock = Lock.load(path)
+    lock.record("old", "1.0.0", _entry())  # as nodus-build wrote entries before `source`
+    lock.record("new", "1.0.0", LockEntry(**{**_entry().__dict__, "source": _digest("9")}))
+    lock.save()
+    text = path.read_text()
+    assert text.count("source:") == 1 and f"source: {_digest('9')}" in text
+    again = Lock.load(path)
+    old, new = again.get("old", "1.0.0"), again.get("new", "1.0.0")
+    assert old is not None and old.source == "" and new is not None and new.source == _digest("9")
+    assert again.source_changed("new", "1.0.0", _digest("8"))
+    assert not again.source_changed("new", "1.0.0", _digest("9"))
+    assert not again.source_changed("old", "1.0.0", _digest("8"))  # nothing recorded: nothing to compare
+    assert not again.source_changed("missing", "1.0.0", _digest("8"))
+    # The same image rebuilt keeps its source, and one without a source does not erase it.
+    again.record("new", "1.0.0", _entry())
+    entry = again.get("new", "1.0.0")
+    assert entry is not None and entry.source == _digest("9")
+    with pytest.raises(ConfigError, match="source"):
+        LockEntry(**{**_entry().__dict__, "source": "not-a-digest"})

@@ -52,6 +52,13 @@ def _data_files() -> dict[str, str] | None:
     return {str(k): str(v) for k, v in files.items()}
 
 
+def _sample_setting() -> str:
+    """`NODUS_GSM8K_DATA_FILES='{"train": ".../data/train.jsonl", "test": ".../data/test.jsonl"}'`."""
+    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+    files = {split: os.path.join(folder, f"{split}.jsonl") for split in ("train", "test")}
+    return f"{DATA_FILES_VARIABLE}='{json.dumps(files)}'"
+
+
 def _final_number(solution: str) -> str:
     """The number after `####` in a GSM8K solution, without thousands commas: `#### 1,260` -> `1260`."""
     found = FINAL_ANSWER.search(solution)
@@ -65,7 +72,13 @@ def _final_number(solution: str) -> str:
 def _load() -> dict[str, list[dict[str, Any]]]:
     files = _data_files()
     datasets.disable_progress_bars()  # grader logs are read by people; progress bars only add noise there
-    rows = datasets.load_dataset("json", data_files=files) if files else datasets.load_dataset(*HUB_DATASET)
+    if files:
+        rows = datasets.load_dataset("json", data_files=files)
+    else:
+        try:
+            rows = datasets.load_dataset(*HUB_DATASET)
+        except ConnectionError as exc:  # offline (HF_HUB_OFFLINE, as grading and `nodus env test` run)
+            raise ConnectionError(f"{exc}; to use the sample this package ships, set {_sample_setting()}") from None
     test = [_task(row, i) for i, row in enumerate(rows["test"])]
     # GSM8K's splits do not overlap; a test question repeated in train is dropped from train all the same,
     # because the contract says the splits never share a prompt.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from nodus.cli.main import cli
@@ -67,3 +68,35 @@ def test_errors_name_the_file(tmp_path: Path) -> None:
     )
     code, _, err = run("env", "test", str(tmp_path))
     assert code == 1 and "only a local path package can be tested in place" in err
+
+
+def test_a_rewritten_task_fails_the_scaffolds_fixtures_and_says_to_edit_fixtures_jsonl(tmp_path: Path) -> None:
+    folder = tmp_path / "spell"
+    assert run("env", "init", "spell", "--dir", str(folder))[0] == 0
+    module = folder / "spell_env.py"
+    # The user's own task (the word in capitals); the scaffold's fixture cases still expect it spelt backwards.
+    module.write_text(module.read_text().replace('"answer": w[::-1]', '"answer": w.upper()'))
+    code, out, _ = run("env", "test", str(folder), "-o", "json")
+    assert code == 1
+    failed = [check for check in json.loads(out)["checks"] if not check["ok"]]
+    fixture = next(check for check in failed if check["name"] == "fixture 1 (full-reward)")
+    assert fixture["detail"].startswith(f"{folder / 'fixtures.jsonl'}:1: case full-reward: expected Correct")
+    assert "edit this line of fixtures.jsonl" in fixture["detail"] and "test[0]" in fixture["detail"]
+    code, out, _ = run("env", "test", str(folder))
+    assert code == 1 and "fixtures.jsonl:1: case full-reward" in out
+
+
+def test_gsm8k_offline_says_how_to_use_the_shipped_sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = Path(__file__).resolve().parents[2] / "catalog" / "gsm8k"
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache: the hub dataset is not in it
+    monkeypatch.delenv("HF_DATASETS_CACHE", raising=False)
+    monkeypatch.delenv("NODUS_GSM8K_DATA_FILES", raising=False)
+    code, out, _ = run("env", "test", str(folder), "-o", "json")
+    assert code == 1
+    loads = json.loads(out)["checks"][0]
+    assert loads["name"] == "the environment loads" and not loads["ok"]
+    sample = json.dumps({split: str(folder / "data" / f"{split}.jsonl") for split in ("train", "test")})
+    assert f"to use the sample this package ships, set NODUS_GSM8K_DATA_FILES='{sample}'" in loads["detail"]
+    monkeypatch.setenv("NODUS_GSM8K_DATA_FILES", sample)  # as the hint says
+    code, out, _ = run("env", "test", str(folder), "-o", "json")
+    assert code == 0 and json.loads(out)["ok"] is True

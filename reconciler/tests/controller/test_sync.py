@@ -78,11 +78,18 @@ def test_a_pass_applies_a_new_revision_then_finds_it_in_sync(controller: Control
     )
     report = controller.sync()
     assert report.outcome == SYNCED and report.changed == 2 and report.revision and report.revision.sha == first
-    assert report.sync == {"Synced": 2, "OutOfSync": 0} and report.health["Healthy"] == 2
-    assert [event for event, _ in controller.told] == ["applying", "resource", "resource"]
-    assert f'synced {first[:7]} "creds and data": 2 changed, 0 launched; 2 Synced, 2 Healthy' in report.line()
+    assert report.sync == {"Synced": 2, "OutOfSync": 0} and report.health == {
+        **report.health,
+        "Healthy": 1,
+        "Unknown": 1,
+    }
+    # The Secret's second line says nothing runs it (stored only).
+    assert [event for event, _ in controller.told] == ["applying", "resource", "resource", "resource"]
+    assert (
+        f'synced {first[:7]} "creds and data": 2 changed, 0 launched; 2 Synced, 1 Healthy, 1 Unknown' in report.line()
+    )
     assert controller.states() == {
-        "Secret/creds": ("Synced", "Healthy", first),
+        "Secret/creds": ("Synced", "Unknown", first),
         "Volume/data": ("Synced", "Healthy", first),
     }
     summary = sync_status.last_summary(controller.store)
@@ -90,12 +97,12 @@ def test_a_pass_applies_a_new_revision_then_finds_it_in_sync(controller: Control
     serial = controller.store.serial()
     again = controller.sync()
     assert again.outcome == IN_SYNC and controller.told == [] and controller.store.serial() == serial
-    assert again.line() == f"in sync at {first[:7]}; 2 Synced, 2 Healthy"
+    assert again.line() == f"in sync at {first[:7]}; 2 Synced, 1 Healthy, 1 Unknown"
 
     second = controller.repo.commit("one more key", {"a.yaml": SECRET.format(name="creds", keys="A, B")})
     report = controller.sync()
     assert report.outcome == SYNCED and report.changed == 1
-    assert controller.states()["Secret/creds"] == ("Synced", "Healthy", second)
+    assert controller.states()["Secret/creds"] == ("Synced", "Unknown", second)
     assert controller.states()["Volume/data"] == ("Synced", "Healthy", second)  # unchanged, synced at the new revision
     record = controller.store.get(CREDS)
     assert record is not None and record.generation == 2 and record.spec["spec"]["keys"] == ["A", "B"]
@@ -120,13 +127,13 @@ def test_a_revision_that_does_not_parse_fails_and_keeps_the_last_sync_records(co
     report = controller.sync()
     assert report.outcome == FAILED and not report.ok and report.revision and report.revision.sha == broken
     assert report.message.startswith("a.yaml:") and "spec.keys" in report.message  # relative to the repository
-    assert controller.states()["Secret/creds"] == ("Synced", "Healthy", first)
+    assert controller.states()["Secret/creds"] == ("Synced", "Unknown", first)
     summary = sync_status.last_summary(controller.store)
     assert summary is not None and (summary.revision, summary.outcome) == (broken, "Failed")
     assert controller.sync().outcome == FAILED  # tried again every interval, in case it was the outside world
     fixed = controller.repo.commit("fixed", {"a.yaml": SECRET.format(name="creds", keys="B")})
     assert controller.sync().outcome == SYNCED
-    assert controller.states()["Secret/creds"] == ("Synced", "Healthy", fixed)
+    assert controller.states()["Secret/creds"] == ("Synced", "Unknown", fixed)
 
 
 def test_an_apply_refused_by_admission_records_which_resource_failed(controller: Controller) -> None:

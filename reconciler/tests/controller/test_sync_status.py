@@ -10,6 +10,7 @@ from nodus.reconciler.controller.sync_status import (
     MISSING,
     PROGRESSING,
     SUSPENDED,
+    UNKNOWN,
     SyncSummary,
     health,
     health_of,
@@ -38,11 +39,13 @@ from nodus.reconciler.state.records import ResourceKey, ResourceRecord, SyncReco
         ("Volume", "Ready", HEALTHY),
         ("Volume", "Failed", DEGRADED),
         ("TrainingRuntime", "Ready", HEALTHY),
-        ("Secret", None, HEALTHY),  # no controller: stored is all it takes
-        ("Budget", None, HEALTHY),
-        ("InferenceEndpoint", "Running", HEALTHY),
-        ("InferenceEndpoint", "Pending", PROGRESSING),
-        ("InferenceEndpoint", "Failed", DEGRADED),
+        # No controller runs these kinds (controllers.coverage): never Healthy, whatever a status says.
+        ("Secret", None, UNKNOWN),
+        ("Budget", None, UNKNOWN),
+        ("InferenceEndpoint", "Unsupported", UNKNOWN),
+        ("InferenceEndpoint", None, UNKNOWN),
+        ("InferenceEndpoint", "Running", UNKNOWN),
+        ("AgentGroup", "Succeeded", UNKNOWN),
     ],
 )
 def test_health_per_kind(kind: str, phase: str | None, expected: str) -> None:

@@ -61,6 +61,15 @@ def test_a_revision_not_in_the_cache_waits_with_the_command_to_fetch_it(hub: Pat
     assert "huggingface-cli download tiny/model --revision " + "0" * 40 in status["message"]
 
 
+def test_the_tiny_model_not_built_yet_says_how_to_build_it_not_how_to_download_it(hub: Path, project: Project) -> None:
+    from nodus.runtimes.tiny_model import REPO
+
+    path, status = ensure_model(project, f"hf://{REPO}@" + "1" * 40)
+    assert path is None and status["reason"] == "ModelNotCached"
+    assert "build it with `python -m nodus.runtimes.tiny_model`" in status["message"]
+    assert "huggingface-cli" not in status["message"]  # no hub has it
+
+
 def _volume(spec: dict[str, object], name: str = "weights") -> ResourceRecord:
     document = {"apiVersion": "nodus.dev/v1", "kind": "Volume", "metadata": {"name": name}, "spec": spec}
     return ResourceRecord(ResourceKey("Volume", "default", name), document, spec_hash(document))

@@ -62,6 +62,7 @@ from nodus.builder.plan import (
     BaseImage,
     BuildSpec,
     LockedRequirements,
+    PathSource,
     package_files,
     package_folder,
     plan,
@@ -624,6 +625,7 @@ def _record(lock: Lock, build: BuildSpec, result: BuildResult) -> None:
             splits=result.splits,
             manifests=result.manifests,
             builder=build.builder,
+            source=build.package.digest if isinstance(build.package, PathSource) else "",
         ),
     )
 

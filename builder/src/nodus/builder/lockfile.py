@@ -2,7 +2,8 @@
 
 Who calls it: nodus-build's build step records each image it builds (`Lock.record`, then `Lock.save`), and
 `nodus-build --check` asks `Lock.is_current` whether a recorded build still matches its plan's key; the
-reconciler's Environment controller (later) reads the image digests from it.
+reconciler reads the image digests from it, and `nodus plan` compares a path package's files with the `source`
+digest recorded (`Lock.source_changed`), so code edited without a version bump is said at plan time.
 
 The file is YAML, kept in git beside the specs and reviewed like them:
 
@@ -19,6 +20,7 @@ The file is YAML, kept in git beside the specs and reviewed like them:
         splits: {train: 5000, test: 500}
         manifests: {train/0: sha256:..., test/0: sha256:...}
         builder: 0.1.0
+        source: sha256:...       # a path package's source digest (nodus.builder.plan.source_digest)
 
 It is read and written in ruamel.yaml's round-trip mode, so people's comments, key order and top-level
 keys this module does not know survive a record and save. A published name@version never changes its
@@ -47,7 +49,10 @@ HEADER = "nodus.lock: the image of each Environment version, written by nodus-bu
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 # name@version: a DNS label, then a semantic version (checked loosely: the specs validated it when built).
 _ENTRY_KEY = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?@[0-9][0-9A-Za-z.+-]*")
-_FIELDS = ("image", "base", "requirements", "key", "splits", "manifests", "builder")
+_FIELDS = ("image", "base", "requirements", "key", "splits", "manifests", "builder", "source")
+_OPTIONAL = frozenset({"source"})
+"""Fields added after lockfileVersion 1 was first written: left out when empty, read as empty when absent, so
+older locks stay valid and a lock without them reads the same in an older nodus-build."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,9 @@ class LockEntry:
     """`split/seed` -> the task manifest's sha256."""
     builder: str = ""
     """The nodus-build version that built it."""
+    source: str = ""
+    """A path package's source digest when it was built (`nodus.builder.plan.source_digest`); empty for pip and
+    image packages and in entries written before nodus-build recorded it."""
 
     def __post_init__(self) -> None:
         for name in ("image", "base", "requirements", "key"):
@@ -82,10 +90,14 @@ class LockEntry:
                 raise ConfigError(f"lock entry manifest {manifest!r}: {digest!r} is not a sha256 digest")
         if not isinstance(self.builder, str):
             raise ConfigError(f"lock entry builder {self.builder!r} is not a version")
+        if self.source and not (isinstance(self.source, str) and _DIGEST.fullmatch(self.source)):
+            raise ConfigError(f"lock entry source {self.source!r} is not a sha256 digest")
 
     def to_map(self) -> CommentedMap:
         data = CommentedMap()
         for name in _FIELDS:
+            if name in _OPTIONAL and not getattr(self, name):
+                continue
             data[name] = self._yaml_value(name)
         return data
 
@@ -235,12 +247,20 @@ class Lock:
         # place rather than replacing the mapping, so comments on the entry's lines stay where they were.
         # Keys of the entry this module does not know are left alone, like unknown top-level keys.
         for field_name in _FIELDS:
+            if field_name in _OPTIONAL and not getattr(entry, field_name):
+                continue
             current[field_name] = entry._yaml_value(field_name)
 
     def is_current(self, name: str, version: str, build_spec_key: str) -> bool:
         """True when name@version was built from a BuildSpec with this key (nothing to rebuild)."""
         entry = self.get(name, version)
         return entry is not None and entry.key == build_spec_key
+
+    def source_changed(self, name: str, version: str, digest: str) -> bool:
+        """True when name@version was built from a package folder whose recorded source digest is not `digest`
+        (its code was edited since the build); False when it matches, or the entry records no source."""
+        entry = self.get(name, version)
+        return entry is not None and bool(entry.source) and entry.source != digest
 
     def dumps(self) -> str:
         buffer = io.StringIO()
@@ -295,4 +315,5 @@ def _entry(value: Any) -> LockEntry:
         splits=dict(splits),
         manifests=dict(manifests),
         builder=str(value.get("builder", "")),
+        source=str(value.get("source") or ""),
     )

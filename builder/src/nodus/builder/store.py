@@ -14,6 +14,7 @@ specs; else the current folder). Its state folder is `.nodus/` beside `nodus.loc
       cache/requirements/      resolved requirement sets, by the hash of what was asked
       cache/layers/<hex>.json  requirement layers, by the lock's hash (environments share them)
       work/                    scratch folders of builds in progress (removed when a build ends)
+      .gitignore               `*`, written when nodus creates the folder: git ignores all of it
 
 Expensive downloads that do not belong to one project (the Debian rootfs of the base image) are cached per
 user under `$XDG_CACHE_HOME/nodus` (`user_cache`).
@@ -38,6 +39,7 @@ from nodus.errors import BuildError
 
 LOCK_NAME = "nodus.lock"
 STATE_NAME = ".nodus"
+GITIGNORE = b"# Written by nodus: this state folder (images, state.db, job folders) stays out of git.\n*\n"
 
 
 def find_project(start: Path) -> Path:
@@ -83,7 +85,19 @@ class Store:
     def cache(self) -> Path:
         return self.root / "cache"
 
+    def ensure_root(self) -> None:
+        """Create the state folder if it is missing; a new one gets a `.gitignore` of `*`, so git ignores the
+        whole folder (images, the state database, job folders: tens of MB after one build) without the user
+        editing their own `.gitignore`. An existing folder is left as it is."""
+        if self.root.is_dir():
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        ignore = self.root / ".gitignore"
+        if not ignore.exists():
+            _write_atomic(ignore, GITIGNORE)
+
     def ensure(self) -> None:
+        self.ensure_root()
         for folder in (self.images, self.manifests, self.cache / "builds", self.cache / "requirements", self.work):
             folder.mkdir(parents=True, exist_ok=True)
         init_layout(self.images)
@@ -95,6 +109,7 @@ class Store:
     @contextlib.contextmanager
     def scratch(self, name: str) -> Iterator[Path]:
         """A fresh scratch folder for one build step, removed afterwards whatever happens."""
+        self.ensure_root()
         self.work.mkdir(parents=True, exist_ok=True)
         folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.work))
         try:

@@ -32,6 +32,7 @@ import click
 
 from nodus.cli.console import err_line, line
 from nodus.errors import ConfigError, SpecError
+from nodus.reconciler.controllers.coverage import UNSUPPORTED_PHASE
 from nodus.reconciler.planning.desired import Desired
 from nodus.reconciler.planning.diff import Plan, plan
 from nodus.reconciler.planning.render import render_json, render_markdown, render_table
@@ -49,6 +50,14 @@ def read_desired(path: Path | Sequence[Path]) -> list[Desired]:
     from nodus.reconciler.planning.managed import read_desired as read
 
     return read([path] if isinstance(path, Path) else path, hint="point PATH at your spec files or folder")
+
+
+def warn_stale_sources(desired: list[Desired], project: Project) -> None:
+    """Say which Environments' code changed without a version bump (the plan itself cannot see it)."""
+    from nodus.reconciler.planning.stale_lock import stale_sources
+
+    for text in stale_sources(desired, project.lock_path):
+        err_line(f"warning: {text}")
 
 
 def _make_plan(desired: list[Desired], store: StateStore, *, prune: bool, refresh_only: bool) -> Plan:
@@ -99,7 +108,8 @@ def plan_command(
     where = path or Path.cwd()
     desired = read_desired(where)
     project = Project.find(where, state=state)
-    store = project.open_state()
+    warn_stale_sources(desired, project)
+    store = project.open_state(create=False)  # planning reads: no .nodus/ where there is none
     try:
         from nodus.reconciler.refresh import refresh
 
@@ -183,6 +193,7 @@ def apply_command(
             return saved_plan
     else:
         desired = read_desired(paths)
+        warn_stale_sources(desired, project)
 
         def make_plan(store: StateStore) -> Plan:
             made = _make_plan(desired, store, prune=prune, refresh_only=False)

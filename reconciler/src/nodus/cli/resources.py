@@ -16,6 +16,7 @@ import click
 
 from nodus.cli.console import line, print_json, rich_console
 from nodus.errors import ConfigError
+from nodus.reconciler.controllers.coverage import has_controller, stored_only_note
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey, ResourceRecord, StateStore, missing_record
 from nodus.reconciler.views import columns, jsonpath
@@ -47,7 +48,7 @@ def split_target(target: str, name: str | None = None) -> tuple[str, str | None]
 
 def _open(path: Path | None, state: str | None) -> tuple[Project, StateStore]:
     project = Project.find(path, state=state)
-    store = project.open_state()
+    store = project.open_state(create=False)  # a read: no .nodus/ where there is none
     from nodus.reconciler.refresh import refresh
 
     refresh(project, store)
@@ -173,6 +174,9 @@ def describe(target: str, name: str | None, namespace: str | None, state: str | 
         line(f"Project:     {record.key.project}")
         line(f"Kind:        {kind}")
         line(f"Generation:  {record.generation}")
+        if not has_controller(kind):
+            # Its spec may say `state: Running`: that is what was asked for, and nothing runs it.
+            line(f"Warning:     {stored_only_note(kind)}; the spec below is what was asked for")
         line("Spec:")
         line(_indent(yaml.safe_dump(record.spec.get("spec", {}), sort_keys=False)))
         line("Status:")

@@ -29,6 +29,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from nodus.errors import NodusError, PlanError, SpecError
+from nodus.reconciler.controllers.coverage import has_controller, stored_only_note, stored_only_status
 from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.planning.diff import Action, Plan, stale_reasons, wave_of
 from nodus.reconciler.project import Project, holder
@@ -214,7 +215,8 @@ def apply_operations(
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why a TrainingJob of a plan would not be admitted: `message` starts with the field it is about."""
+    """Why a TrainingJob (or an evaluation AgentGroup) of a plan would not be admitted: `message` starts with the
+    field it is about."""
 
     operation: Operation
     reason: str
@@ -225,21 +227,22 @@ class Refusal:
         """As apply prints it: `file:line: TrainingJob/NAME: Reason: field: what is wrong`."""
         where = f"{self.operation.source}: " if self.operation.source else ""
         reason = f"{self.reason}: " if self.reason else ""
-        return f"{where}TrainingJob/{self.operation.key.name}: {reason}{self.message}"
+        return f"{where}{self.operation.key.kind}/{self.operation.key.name}: {reason}{self.message}"
 
     def plan_line(self) -> str:
         """As `nodus plan` prints it: `file: TrainingJob/NAME: field: what is wrong`."""
         source = self.operation.source
         where = f"{source.rsplit(':', 1)[0]}: " if source else ""
-        return f"{where}TrainingJob/{self.operation.key.name}: {self.message}"
+        return f"{where}{self.operation.key.kind}/{self.operation.key.name}: {self.message}"
 
 
 def refusals(operations: Sequence[Operation], store: StateStore) -> list[Refusal]:
-    """Admission of every TrainingJob that `operations` create, change or replace, against the store as
-    it would be after them (a runtime or Environment of the same plan counts): what would be refused.
+    """Admission of every TrainingJob that `operations` create, change or replace, and of every evaluation
+    AgentGroup's Environment, against the store as it would be after them (a runtime or Environment of the same
+    plan counts): what would be refused.
 
     Who calls it: apply, before writing anything, and `nodus plan`, so a typo fails the plan too."""
-    from nodus.reconciler.controllers.admission import admit, runtime_key
+    from nodus.reconciler.controllers.admission import admit, admit_agent_group, runtime_key
 
     pending = {op.key: op.document for op in operations if op.document is not None}
     stored = [*store.list("Environment"), *store.list("Volume")]
@@ -250,16 +253,29 @@ def refusals(operations: Sequence[Operation], store: StateStore) -> list[Refusal
     }
     found: list[Refusal] = []
     for op in operations:
+        if op.key.kind == "AgentGroup" and op.document is not None and op.action not in ("noop", "delete"):
+            group = admit_agent_group(op.document, known)
+            if not group.admitted:
+                found.append(Refusal(op, group.reason, group.message))
         if op.key.kind != "TrainingJob" or op.document is None or op.action in ("noop", "delete"):
             continue
         runtime = _document(runtime_key(op.document), pending, store)
-        verdict = admit(op.document, runtime, known)
+        verdict = admit(op.document, runtime, known, _known_runtimes(pending, store) if runtime is None else ())
         if not verdict.admitted:
             found.append(Refusal(op, verdict.reason, verdict.message))
         lowered = _lowered_cap(store, op)
         if lowered:
             found.append(Refusal(op, "", f"spec.maxCostUSD: {lowered}"))
     return found
+
+
+def _known_runtimes(pending: Mapping[ResourceKey, JSONObject | None], store: StateStore) -> set[ResourceKey]:
+    """Every runtime a job could name: the plan's, the store's and the managed catalog's (for "did you mean")."""
+    from nodus.reconciler.planning.managed import read_catalog
+
+    catalog, _ = read_catalog()
+    stored = {record.key for record in store.list("TrainingRuntime")}
+    return {key for key in pending if key.kind == "TrainingRuntime"} | stored | set(catalog)
 
 
 def _admit_all(operations: Sequence[Operation], store: StateStore) -> None:
@@ -320,7 +336,12 @@ def _reconcile(
     if record is None:
         return
     status: JSONObject | None = None
-    if op.key.kind == "Environment":
+    if not has_controller(op.key.kind):
+        # Stored, and said so: nothing runs it, so it must not look created-and-running.
+        status = stored_only_status(op.key.kind)
+        if op.action != "noop":
+            report(str(op.key), stored_only_note(op.key.kind))
+    elif op.key.kind == "Environment":
         status = _reconcile_environment(record.spec, op.source, project=project, options=options, report=report)
     elif op.key.kind == "TrainingJob":
         from nodus.reconciler.controllers.trainingjob import reconcile_trainingjob

@@ -176,9 +176,12 @@ def check_package(
 def _selfcheck(package: EnvPackage, gold: int, add: Callable[[Check], None]) -> None:
     args = ["selfcheck", "--gold", str(gold)]
     cases: list[dict[str, Any]] = []
+    lines_of_cases: list[int] = []
     if package.fixtures is not None:
         args += ["--fixtures", str(package.fixtures)]
-        cases = [json.loads(line) for line in package.fixtures.read_text().splitlines() if line.strip()]
+        numbered = [(n, text) for n, text in enumerate(package.fixtures.read_text().splitlines(), 1) if text.strip()]
+        cases = [json.loads(text) for _, text in numbered]
+        lines_of_cases = [n for n, _ in numbered]
     result = package.run(*args)
     if result.returncode not in (0, 1) or not result.stdout.strip():
         add(Check("self-check runs", False, _last_line(result.stderr)))
@@ -186,6 +189,9 @@ def _selfcheck(package: EnvPackage, gold: int, add: Callable[[Check], None]) -> 
     checks = json.loads(result.stdout)["checks"]
     for item in checks:
         detail = "" if item["ok"] else json.dumps(item.get("detail"))[:200]
+        fixture = _fixture_number(item["check"])
+        if not item["ok"] and package.fixtures is not None and fixture is not None and fixture <= len(cases):
+            detail = _fixture_detail(package.fixtures, lines_of_cases[fixture - 1], cases[fixture - 1], item)
         add(Check(f"{item.get('split', '')} {item['check']}".strip(), bool(item["ok"]), detail))
     kinds = {c.get("case") for c in cases}
     missing = [k for k in REQUIRED_CASES if k not in kinds]
@@ -217,6 +223,29 @@ def _selfcheck(package: EnvPackage, gold: int, add: Callable[[Check], None]) -> 
                 "",
             )
         )
+
+
+def _fixture_number(check: str) -> int | None:
+    """`fixture 2 (zero-reward)` -> 2 (the selfcheck numbers the cases from 1, in file order); None otherwise."""
+    words = check.split(" ")
+    return int(words[1]) if len(words) > 1 and words[0] == "fixture" and words[1].isdigit() else None
+
+
+def _fixture_detail(fixtures: Path, line: int, case: dict[str, Any], item: dict[str, Any]) -> str:
+    """What failed in a fixture case, where it is, and what to edit: the scaffold's cases fit the scaffold's
+    task, so a rewritten task fails them until its fixture cases are rewritten too."""
+    detail = item.get("detail") or {}
+    where = f"{case.get('split')}[{case.get('index')}]"
+    if isinstance(detail, dict) and "expected" in detail:
+        verdict, reward = [*(detail.get("got") or []), None, None][:2]
+        wanted, wanted_reward = [*(detail.get("expected") or []), None, None][:2]
+        found = f"expected {wanted} ({wanted_reward}), got {verdict} ({reward}) for task {where}"
+    else:
+        found = str(detail)
+    return (
+        f"{fixtures}:{line}: case {case.get('case', 'unnamed')}: {found}; edit this line of {fixtures.name} so its "
+        f"completion (and verdict, reward) fits your task at {where}"
+    )
 
 
 def _last_line(text: str) -> str:

@@ -4,7 +4,8 @@ Who calls it: every reconciler command of the CLI (`plan`, `apply`, `get`, `desc
 from its PATH and `--state` options. The project is the folder holding nodus.lock (else the nearest `.git`
 above PATH, else the current folder); its state folder is `.nodus/` there (or `NODUS_HOME`), shared with
 nodus-build: `images/` (the local image store), `state.db` (the SQLite state store, unless `--state` names
-a PostgreSQL URL), `jobs/` (the local executor's job folders).
+a PostgreSQL URL), `jobs/` (the local executor's job folders). Reads create none of it (`open_state(create=
+False)`); a state folder nodus creates gets a `.gitignore` of `*` (`Store.ensure_root`).
 """
 
 from __future__ import annotations
@@ -37,11 +38,27 @@ class Project:
     def jobs(self) -> Path:
         return self.files.root / "jobs"
 
-    def open_state(self) -> StateStore:
-        """The state store (migrated): SQLite in the state folder unless `--state` says otherwise."""
+    def has_state(self) -> bool:
+        """Whether there is a state store to read: `--state` (or NODUS_STATE) names one, or the state folder holds
+        the SQLite file."""
+        from nodus.reconciler.state import STATE_FILE
+
+        return self.state_url is not None or (self.files.root / STATE_FILE).is_file()
+
+    def open_state(self, *, create: bool = True) -> StateStore:
+        """The state store (migrated): SQLite in the state folder unless `--state` says otherwise.
+
+        `create=False` is for reads (`get`, `describe`, `wait`, `plan`): where the project has no state yet they
+        get an empty store in memory, and nothing is created on disk."""
         from nodus.reconciler.state import open_store
 
-        self.files.root.mkdir(parents=True, exist_ok=True)
+        if not create and not self.has_state():
+            from nodus.reconciler.state.sqlite import EmptyStore
+
+            empty = EmptyStore()
+            empty.migrate()
+            return empty
+        self.files.ensure_root()
         store = open_store(self.state_url, project_state_dir=self.files.root)
         store.migrate()
         return store

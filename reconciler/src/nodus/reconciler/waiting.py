@@ -7,6 +7,7 @@ each refresh. Both end as soon as what they wait for can no longer happen, rathe
   `apply --wait` also stops at Suspended (a cap reached or `state: Suspended`: only a patch resumes it);
 - an Environment whose build failed is Failed; one that is not built (ImageNotBuilt, ImageMissing) stays so,
   since nothing but `nodus apply --build` or nodus-build builds it, and a wait builds nothing;
+- a resource of a kind no controller runs yet (phase Unsupported) never changes: nothing runs it;
 - a TrainingJob Pending on such an Environment (EnvironmentNotReady), on a model that is not in the local cache
   (ModelNotCached: nodus never downloads weights) or on a Volume that Failed is blocked: only another apply,
   after the cause is fixed, can start it.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nodus.reconciler.controllers.coverage import UNSUPPORTED_PHASE
 from nodus.reconciler.state.records import ResourceKey, ResourceRecord, StateStore
 
 SUCCESS = frozenset({"Succeeded", "Ready"})
@@ -68,7 +70,7 @@ def outcome(record: ResourceRecord, store: StateStore, *, suspended_ends: bool) 
     message = str(record.status.get("message") or "")
     is_job = record.key.kind in JOB_KINDS
     ended = (ENDED | ({"Suspended"} if suspended_ends else set())) if is_job else SUCCESS | {"Failed"}
-    if phase in ended:
+    if phase in ended or phase == UNSUPPORTED_PHASE:
         return Outcome(record.key, phase, reason, message)
     why = blocked_by(record, store)
     if why is not None:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from nodus.reconciler.controllers.coverage import has_controller
 from nodus.reconciler.state.records import ResourceRecord, StateStore
 
 SYNCED = "Synced"
@@ -25,7 +26,9 @@ PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
 SUSPENDED = "Suspended"
 MISSING = "Missing"
-HEALTH_STATES = (HEALTHY, PROGRESSING, DEGRADED, SUSPENDED, MISSING)
+UNKNOWN = "Unknown"
+"""A kind nothing runs (`controllers.coverage`): stored, but not healthy, since nothing could make it unhealthy."""
+HEALTH_STATES = (HEALTHY, PROGRESSING, DEGRADED, SUSPENDED, MISSING, UNKNOWN)
 
 # Outcomes of one resource in a sync (SyncRecord.outcome).
 APPLIED = "Applied"
@@ -59,7 +62,7 @@ _OTHER = {
     "Cancelled": DEGRADED,
     "Suspended": SUSPENDED,
 }
-"""Kinds without a controller of their own (Secret, Budget, ...): healthy once stored, unless a status says else."""
+"""Kinds without a health table of their own: by the phase their status says."""
 
 
 def health(kind: str, status: Mapping[str, Any] | None, *, deleting: bool = False) -> str:
@@ -68,6 +71,8 @@ def health(kind: str, status: Mapping[str, Any] | None, *, deleting: bool = Fals
         return MISSING
     if deleting:
         return PROGRESSING
+    if not has_controller(kind):
+        return UNKNOWN
     phase = status.get("phase")
     table = HEALTH_BY_KIND.get(kind)
     if table is None:

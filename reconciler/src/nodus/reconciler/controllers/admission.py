@@ -1,18 +1,21 @@
 """TrainingJob admission: everything that can be refused before anything runs or costs money.
 
-Who calls it: the TrainingJob controller on every apply (and `nodus apply --dry-run`, later). It is pure: the
-job's document, its runtime's document and the Environments known to the store in, an `Admission` out.
+Who calls it: the TrainingJob controller on every apply; `nodus plan` and `apply` before anything is written
+(`apply.refusals`), which also ask `admit_agent_group` about an evaluation AgentGroup's Environment. It is
+pure: the job's document, its runtime's document and the Environments known to the store in, an `Admission` out.
 
-What it decides, in the seeds' words: the runtime exists; the runtime can run the job's mode; an
-Environment-backed run names an Environment that exists at that version and a runtime that fetches tasks
-through the attempt API (`spec.environmentTasks: AttemptAPI`; "older runtimes are rejected before GPU
-acquisition"); parameters are merged over the runtime's defaults and checked against its JSON Schema, and a
-typo such as `learning_rate` is rejected with the field path (and "did you mean 'learningRate'?" when the
-schema has a name close to it); the model is the job's or the runtime's default, pinned to a 40-character
-revision; a run that exports (`spec.exportTo.volume`) names a ReadWriteOnce Volume of its project that exists
-(Ready or not yet: the export waits for it) and a runtime that declares an output at `/nodus/outputs`. Every
-refusal's message starts with the field it is about (`spec.runtime: ...`), which `field`
-holds too, so `nodus plan` and `apply` can print one located line per problem.
+What it decides, in the seeds' words: the runtime exists (else "did you mean" the closest known runtime); the
+runtime can run the job's mode; an Environment-backed run names an Environment that exists at that version and
+a runtime that fetches tasks through the attempt API (`spec.environmentTasks: AttemptAPI`; "older runtimes are
+rejected before GPU acquisition"); a training run that compares baseline and final holds out at least
+`evaluation.minComparisonTasks` tasks (else it could only end in TooFewTasks, once the money is spent);
+parameters are merged over the runtime's defaults and checked against its JSON Schema, and a typo such as
+`learning_rate` is rejected with the field path (and "did you mean 'learningRate'?" when the schema has a name
+close to it); the model is the job's or the runtime's default, pinned to a 40-character revision; a run that
+exports (`spec.exportTo.volume`) names a ReadWriteOnce Volume of its project that exists (Ready or not yet: the
+export waits for it) and a runtime that declares an output at `/nodus/outputs`. Every refusal's message starts
+with the field it is about (`spec.runtime: ...`), which `field` holds too, so `nodus plan` and `apply` can
+print one located line per problem.
 """
 
 from __future__ import annotations
@@ -84,13 +87,21 @@ OUTPUTS_PATH = "/nodus/outputs"
 """The output a runtime must declare for `spec.exportTo`: the folder whose files are exported."""
 
 
-def admit(job: JSONObject, runtime: JSONObject | None, known: Mapping[ResourceKey, JSONObject]) -> Admission:
+def admit(
+    job: JSONObject,
+    runtime: JSONObject | None,
+    known: Mapping[ResourceKey, JSONObject],
+    runtimes: Collection[ResourceKey] = (),
+) -> Admission:
     """Admit or refuse `job` (its normalised document) given its runtime's document and the Environments and
-    Volumes known (`known`, by key: the store's and the plan's)."""
+    Volumes known (`known`, by key: the store's and the plan's); `runtimes`, the runtimes that do exist, are
+    where a misspelt runtime's "did you mean" comes from."""
     spec = job["spec"]
     key = runtime_key(job)
     if runtime is None:
-        return _refused("RuntimeNotFound", "spec.runtime", f"TrainingRuntime {key.project}/{key.name} does not exist")
+        detail = f"TrainingRuntime {key.project}/{key.name} does not exist"
+        meant = suggest_runtime(str(spec["runtime"]), key, runtimes)
+        return _refused("RuntimeNotFound", "spec.runtime", detail + (f"; did you mean {meant}?" if meant else ""))
     runtime_spec = runtime["spec"]
     mode = spec.get("mode", "Train")
     if mode not in runtime_spec.get("modes", ["Train"]):
@@ -99,13 +110,12 @@ def admit(job: JSONObject, runtime: JSONObject | None, known: Mapping[ResourceKe
     reference = environment_ref(job)
     if reference is not None:
         env_key, version = reference
-        found = known.get(env_key)
-        if found is None:
-            detail = f"Environment {env_key.project}/{env_key.name} does not exist"
-            return _refused("EnvironmentNotFound", "spec.environment.name", detail, key)
-        if found["spec"].get("version") != version:
-            detail = f"Environment {env_key.name} is at version {found['spec'].get('version')}, not {version}"
-            return _refused("EnvironmentVersionNotFound", "spec.environment.name", detail, key)
+        missing = _environment_problem(env_key, version, known)
+        if missing is not None:
+            return _refused(missing[0], "spec.environment.name", missing[1], key)
+        too_few = _too_few_held_out(spec)
+        if too_few is not None:
+            return _refused("TooFewHeldOutTasks", too_few[0], too_few[1], key, environment=env_key)
         if runtime_spec.get("environmentTasks") != "AttemptAPI":
             detail = (
                 f"runtime {key.name} does not fetch Environment tasks through the attempt API "
@@ -126,6 +136,65 @@ def admit(job: JSONObject, runtime: JSONObject | None, known: Mapping[ResourceKe
         reason, path, detail = export
         return _refused(reason, path, detail, key, environment=env_key)
     return Admission(True, parameters=parameters, runtime=key, environment=env_key, model=model)
+
+
+DEFAULT_HELD_OUT_TASKS = 64
+"""`spec.environment.heldOutTasks` when left out (the TrainingJob's documented default)."""
+DEFAULT_MIN_COMPARISON_TASKS = 16
+
+
+def _too_few_held_out(spec: JSONObject) -> tuple[str, str] | None:
+    """(field, detail) when a training run that compares baseline and final holds out fewer tasks than the
+    comparison needs: it would run to the end and only then say TooFewTasks, so it is refused before it starts."""
+    evaluation = spec.get("evaluation") or {}
+    if spec.get("mode", "Train") != "Train" or not (evaluation.get("baseline", True) and evaluation.get("final", True)):
+        return None
+    needed = int(evaluation.get("minComparisonTasks") or DEFAULT_MIN_COMPARISON_TASKS)
+    given = (spec.get("environment") or {}).get("heldOutTasks")
+    held_out = int(given or DEFAULT_HELD_OUT_TASKS)
+    if held_out >= needed:
+        return None
+    comparison = "baseline and final could never be compared (TooFewTasks)"
+    if given is None:
+        detail = (
+            f"{needed} is more than the {held_out} tasks the job holds out (spec.environment.heldOutTasks, default "
+            f"{held_out}), so {comparison}; set heldOutTasks to at least {needed}, or lower minComparisonTasks"
+        )
+        return "spec.evaluation.minComparisonTasks", detail
+    detail = (
+        f"{held_out} held-out tasks are fewer than spec.evaluation.minComparisonTasks ({needed}), so {comparison}; "
+        f"hold out at least {needed}, or lower evaluation.minComparisonTasks"
+    )
+    return "spec.environment.heldOutTasks", detail
+
+
+def admit_agent_group(group: JSONObject, known: Mapping[ResourceKey, JSONObject]) -> Admission:
+    """Refuse an evaluation AgentGroup whose `spec.evaluation.environment` names no Environment at that version
+    (`known`: the store's and the plan's); any other group is admitted (nothing else of it is checked here)."""
+    evaluation = (group.get("spec") or {}).get("evaluation")
+    if not evaluation:
+        return Admission(True)
+    project = str((group.get("metadata") or {}).get("project") or DEFAULT_PROJECT)
+    reference, _, version = str(evaluation["environment"]).partition("@")
+    env_project, name = split_ref(reference, project)
+    env_key = ResourceKey("Environment", env_project, name)
+    missing = _environment_problem(env_key, version, known)
+    if missing is not None:
+        return _refused(missing[0], "spec.evaluation.environment", missing[1], environment=env_key)
+    return Admission(True, environment=env_key)
+
+
+def _environment_problem(
+    env_key: ResourceKey, version: str, known: Mapping[ResourceKey, JSONObject]
+) -> tuple[str, str] | None:
+    """(reason, detail) when the Environment `env_key` is not known at `version`; None when it is."""
+    found = known.get(env_key)
+    if found is None:
+        return "EnvironmentNotFound", f"Environment {env_key.project}/{env_key.name} does not exist"
+    if found["spec"].get("version") != version:
+        detail = f"Environment {env_key.name} is at version {found['spec'].get('version')}, not {version}"
+        return "EnvironmentVersionNotFound", detail
+    return None
 
 
 def _export_problem(
@@ -176,6 +245,22 @@ def _schema_problem(schema: JSONObject, parameters: JSONObject) -> tuple[str, st
                 return f"{path}.{extra[0]}", f"unknown parameter; did you mean {suggestion!r}?"
             return f"{path}.{extra[0]}", "unknown parameter (the runtime's schema does not allow it)"
     return path, error.message
+
+
+def suggest_runtime(written: str, wanted: ResourceKey, runtimes: Collection[ResourceKey]) -> str | None:
+    """The runtime `written` (`nodus/grpo-lor`) was probably meant to be (`nodus/grpo-lora`), spelt the way the
+    job would write it (no project prefix for one of the job's own project, as `written` has none), or None."""
+    spelt = {
+        (
+            runtime.name
+            if "/" not in written and runtime.project == wanted.project
+            else f"{runtime.project}/{runtime.name}"
+        )
+        for runtime in runtimes
+        if runtime.kind == "TrainingRuntime" and runtime != wanted
+    }
+    close = difflib.get_close_matches(written, sorted(spelt), n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 def suggest(name: str, known: Collection[str]) -> str | None:

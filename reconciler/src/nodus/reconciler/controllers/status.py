@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from nodus.reconciler.controllers.coverage import UNSUPPORTED_PHASE
 from nodus.reconciler.executor.summary import GRADING_FAILURES, failures_message
 from nodus.reconciler.state.records import Conflict, Event, JSONObject, ResourceRecord, StateStore
 
@@ -32,9 +33,10 @@ ADMISSION_REASONS = frozenset(
         "VolumeNotFound",
         "VolumeNotWritable",
         "RuntimeLacksOutputs",
+        "TooFewHeldOutTasks",
     }
 )
-WARNING_PHASES = frozenset({"Failed", "Suspended"})
+WARNING_PHASES = frozenset({"Failed", "Suspended", UNSUPPORTED_PHASE})
 
 
 def conditions(kind: str, status: JSONObject) -> list[JSONObject]:

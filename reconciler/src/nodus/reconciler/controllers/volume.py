@@ -53,13 +53,24 @@ def snapshot(uri: str) -> Path | None:
     return folder if folder.is_dir() else None
 
 
+BUILT_HERE: dict[str, str] = {
+    "nodus/tiny-qwen3": (
+        "it is built on this machine, not downloaded: build it with `python -m nodus.runtimes.tiny_model` "
+        "(with `--warmup MODULE` for a warmed-up revision, as `make quickstart` builds the quickstart's; "
+        "`--print-revision` prints the revision a recipe builds)"
+    ),
+}
+"""Models no hub has, by repository: how to make them (`nodus.runtimes.tiny_model.REPO` is the tiny model's)."""
+
+
 def not_cached(uri: str) -> JSONObject:
     repo, revision = split_uri(uri)
+    how = BUILT_HERE.get(repo) or f"fetch it once with `huggingface-cli download {repo} --revision {revision}`"
     return {
         "phase": "Pending",
         "reason": "ModelNotCached",
         "message": f"{uri} is not in the local Hugging Face cache ({hub_cache()}): nodus never downloads weights "
-        f"at run time; fetch it once with `huggingface-cli download {repo} --revision {revision}`",
+        f"at run time; {how}",
     }
 
 

@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from nodus.reconciler.controllers.coverage import has_controller, stored_only_note
 from nodus.reconciler.planning.diff import Action, FieldChange, Plan
 from nodus.reconciler.pricing.costs import PRICED_KINDS, ActionCost, PlanCosts, money
 from nodus.reconciler.state.records import DEFAULT_PROJECT
@@ -53,6 +54,9 @@ def render_table(plan: Plan, costs: PlanCosts | None = None) -> str:
         cost = costs.get(action.key) if costs is not None else None
         if cost is not None:
             lines.append("      # " + _cost_comment(cost))
+    stored_only = stored_only_lines(plan)
+    if stored_only:
+        lines += ["", *stored_only]
     if plan.unmanaged:
         if lines:
             lines.append("")
@@ -64,6 +68,16 @@ def render_table(plan: Plan, costs: PlanCosts | None = None) -> str:
     if costs is not None:
         lines.append(_headline(costs, markdown=False))
     return "\n".join(lines) + "\n"
+
+
+def stored_only_lines(plan: Plan) -> list[str]:
+    """`InferenceEndpoint/chat: stored only: nodus has no controller for InferenceEndpoint yet (nothing runs it)`,
+    one per resource the plan creates or changes that no controller runs (apply prints the same line)."""
+    return [
+        f"{action.key}: {stored_only_note(action.key.kind)}"
+        for action in plan.changes
+        if action.type != "delete" and not has_controller(action.key.kind)
+    ]
 
 
 def _cost_comment(cost: ActionCost) -> str:
@@ -179,6 +193,9 @@ def _markdown_head(plan: Plan, budget: int, costs: PlanCosts | None, next_comman
     if replacements:
         parts += ["", "### Replacements", ""]
         parts += [f"- {_code(str(action.key))}: {_reason(action)}{_kept_cell(action)}" for action in replacements]
+    stored_only = stored_only_lines(plan)
+    if stored_only:
+        parts += ["", "### Stored only", "", *(f"- {_cell(text)}" for text in stored_only)]
     if plan.unmanaged:
         parts += ["", f"**Unmanaged, kept** ({len(plan.unmanaged)}): {_unmanaged_list(plan)}"]
     text = "\n".join(parts + footer) + "\n"

@@ -12,6 +12,7 @@ processes, and threads within one, may use the same file at once:
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -117,3 +118,26 @@ class SqliteStore(SqlStore):
         if isinstance(error, sqlite3.OperationalError) and "disk" in text:
             return TemporaryError(f"the state store {self.path} cannot be written: {text}", delay=30.0)
         return None
+
+
+class EmptyStore(SqliteStore):
+    """A store with nothing in it, in memory: what a read (`nodus get`, `describe`, `wait`, `plan`) sees in a
+    folder that has no state yet, so that reading creates no `.nodus/` there. Its threads share one in-memory
+    database (a shared-cache URI), which lives until `close()`."""
+
+    _count = 0
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        EmptyStore._count += 1
+        self._uri = f"file:nodus-empty-{os.getpid()}-{EmptyStore._count}?mode=memory&cache=shared"
+        SqlStore.__init__(self, "sqlite://:memory:", clock=clock)
+        self.path = Path(":memory:")
+        self._busy_timeout_s = BUSY_TIMEOUT_S
+        self._anchor = sqlite3.connect(self._uri, uri=True, check_same_thread=False)  # keeps the database alive
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self._uri, uri=True, isolation_level=None, check_same_thread=False)
+
+    def close(self) -> None:
+        super().close()
+        self._anchor.close()
