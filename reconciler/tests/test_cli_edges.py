@@ -118,9 +118,11 @@ def test_a_kind_nothing_runs_says_so_at_plan_apply_get_and_describe(project: Pat
     assert f"Warning:     {note}; the spec below is what was asked for" in out
     assert "phase: Unsupported" in out and "Warning  NoController" in out
 
-    # Applying the same files again changes nothing and repeats nothing; --wait does not wait for what never runs.
+    # Applying the same files again changes nothing and repeats nothing; --wait does not wait for what never runs,
+    # and does not pass it off as done either: it ends at once, exit 1, naming it.
     code, out, err = nodus("apply", ".", "--yes", "--wait", "--timeout", "1h")
-    assert code == 0 and note not in err and "InferenceEndpoint/support-bot: Unsupported" in err
+    assert code == 1 and note not in err, err
+    assert "Wait failed: InferenceEndpoint/support-bot: Unsupported: NoController" in err
 
 
 def test_an_evaluation_group_naming_a_missing_environment_is_refused(project: Path) -> None:

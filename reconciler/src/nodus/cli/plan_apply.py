@@ -32,7 +32,6 @@ import click
 
 from nodus.cli.console import err_line, line
 from nodus.errors import ConfigError, SpecError
-from nodus.reconciler.controllers.coverage import UNSUPPORTED_PHASE
 from nodus.reconciler.planning.desired import Desired
 from nodus.reconciler.planning.diff import Plan, plan
 from nodus.reconciler.planning.render import render_json, render_markdown, render_table
