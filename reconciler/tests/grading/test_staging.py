@@ -103,7 +103,7 @@ def test_a_project_folder_stages_only_the_files_nodus_build_packages(
     files, version control, caches, sockets or FIFOs, and must be the builder's file set exactly."""
     import socket
 
-    from nodus.builder.plan import package_files
+    from nodus.builder.package_files import package_files
 
     project = tmp_path / "quickstart"
     (project / "data").mkdir(parents=True)

@@ -52,6 +52,7 @@ from nodus.builder.oci import (
     tags_of,
     write_image,
 )
+from nodus.builder.package_files import package_files
 from nodus.builder.plan import (
     DATA_PATH,
     DEFAULT_SEEDS,
@@ -63,7 +64,6 @@ from nodus.builder.plan import (
     BuildSpec,
     LockedRequirements,
     PathSource,
-    package_files,
     package_folder,
     plan,
     source_digest,

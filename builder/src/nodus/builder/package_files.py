@@ -6,8 +6,9 @@ exactly the files the image would hold. Standard library only: grading imports i
 
 A package folder is often a project folder too (the quickstart's `path: .`), so what nodus itself keeps there
 is never part of a package:
-- `.nodus/` (the state folder: the state database, image store, every job folder and its sockets) and
-  `nodus.lock` (it records the image digest, so the image cannot contain it);
+- `.nodus/` (the state folder: the state database, image store, every job folder and its sockets),
+  `nodus.lock` (it records the image digest, so the image cannot contain it) and `nodus.yaml` (the project's
+  settings, `nodus.specs.settings`: how a host runs the project, not what the package is);
 - the YAML files holding nodus resources (the Environment's own spec, a TrainingJob beside it): their fields
   change in place or belong to other resources, and must not change the image;
 - version control, caches, virtual environments and the package's own tests;
@@ -27,6 +28,8 @@ from nodus.errors import BuildError
 
 STATE_FOLDER = ".nodus"
 LOCK_FILE = "nodus.lock"
+SETTINGS_FILE = "nodus.yaml"
+"""`nodus.specs.settings.SETTINGS_FILE` (not imported: this module stays standard library only)."""
 SKIPPED_DIRS = frozenset(
     {
         STATE_FOLDER,
@@ -45,7 +48,7 @@ SKIPPED_DIRS = frozenset(
         "tests",
     }
 )
-SKIPPED_FILES = frozenset({LOCK_FILE})
+SKIPPED_FILES = frozenset({LOCK_FILE, SETTINGS_FILE})
 SKIPPED_SUFFIXES = (".pyc",)
 YAML_SUFFIXES = (".yaml", ".yml")
 _NODUS_RESOURCE = re.compile(r"""apiVersion["']?\s*:\s*["']?nodus\.dev/""")

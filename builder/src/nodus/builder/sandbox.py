@@ -3,7 +3,9 @@
 Who calls it: the build step, twice per image: the freeze step (the environment loads its data, which the
 build keeps, and prints its tasks; network as `--network` says) and the check step (the finished image,
 with no network: `nodus-env selfcheck` and the tasks again, compared with the manifests). Also used to
-verify a prebuilt image (`package.image`).
+verify a prebuilt image (`package.image`). And `load_image`, which copies an image from the layout into
+podman's own storage under a name (the reconciler's Environment controller: graders run from there) with podman
+alone, so no other image tool (skopeo) is needed on the host.
 
 The podman flags are the ones FACTS.md found to work here (runc, cgroupfs, explicit ulimits), plus a
 read-only root, no capabilities and no new privileges. The image is read straight from the OCI layout
@@ -106,7 +108,7 @@ def run_script(
     # podman keeps its copy under the config digest, which two identical builds share: one build's cleanup
     # would delete the image from under the other's run. Runs of one image wait for each other instead.
     lock = user_cache() / "podman-runs" / f"{config_digest.removeprefix('sha256:')}.lock"
-    with file_lock(lock), _podman_name(layout) as named:
+    with file_lock(lock), podman_name(layout) as named:
         command += [f"oci:{named}:{tag}", "-c", script]
         try:
             result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
@@ -119,8 +121,39 @@ def run_script(
     return RunResult(result.returncode, result.stdout, result.stderr)
 
 
+def load_image(layout: Path, tag: str, name: str, config_digest: str, *, timeout: float = 600) -> None:
+    """Copy `oci:layout:tag` into podman's storage as `name` (its id is the config digest); a no-op when `name`
+    already is that image. Raises BuildError with podman's own error line when podman cannot."""
+    image_id = config_digest.removeprefix("sha256:")
+    found = subprocess.run([*podman(), "image", "inspect", "--format", "{{.Id}}", name], capture_output=True, text=True)
+    if found.returncode == 0 and found.stdout.strip() == image_id:
+        return
+    with podman_name(layout) as named:
+        # podman names what it pulls from a layout after the layout's path (`localhost<path>:latest`): the
+        # image is then tagged with its real name and that path's name is taken off again.
+        steps = (
+            ["pull", "--quiet", f"oci:{named}:{tag}"],
+            ["tag", image_id, name],
+            ["untag", image_id, f"localhost{named}:latest"],
+        )
+        for step in steps:
+            try:
+                done = subprocess.run([*PODMAN, *step], capture_output=True, text=True, timeout=timeout, check=False)
+            except subprocess.TimeoutExpired as exc:
+                raise BuildError(f"podman {step[0]} of {tag} took longer than {timeout:.0f} s") from exc
+            if done.returncode != 0 and step[0] != "untag":
+                raise BuildError(f"podman could not {step[0]} {tag} as {name}: {_error_line(done.stderr)}")
+
+
+def _error_line(stderr: str) -> str:
+    """podman's own error (`Error: ...`), not its progress lines."""
+    lines = [text.strip() for text in stderr.splitlines() if text.strip()]
+    errors = [text.removeprefix("Error: ") for text in lines if text.startswith("Error: ")]
+    return (errors or lines or ["no output"])[-1]
+
+
 @contextlib.contextmanager
-def _podman_name(layout: Path) -> Iterator[Path]:
+def podman_name(layout: Path) -> Iterator[Path]:
     """A path to the layout that podman can use as an image name.
 
     podman names an `oci:` image after the layout's path, which must then be a valid lower-case reference:

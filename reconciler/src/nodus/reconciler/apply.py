@@ -350,6 +350,9 @@ def _reconcile(
         if launched:
             result.launched.append(launched)
             report(str(op.key), f"launched {launched}")
+            sandbox = status.get("sandbox") or {}
+            if sandbox.get("mode") == "process":  # never a silent fall back: once, at the launch
+                report(str(op.key), f"warning: {sandbox.get('message')}")
     elif op.key.kind == "Job":
         from nodus.reconciler.controllers.job import reconcile_job
 

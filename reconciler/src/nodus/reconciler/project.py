@@ -4,7 +4,8 @@ Who calls it: every reconciler command of the CLI (`plan`, `apply`, `get`, `desc
 from its PATH and `--state` options. The project is the folder holding nodus.lock (else the nearest `.git`
 above PATH, else the current folder); its state folder is `.nodus/` there (or `NODUS_HOME`), shared with
 nodus-build: `images/` (the local image store), `state.db` (the SQLite state store, unless `--state` names
-a PostgreSQL URL), `jobs/` (the local executor's job folders). Reads create none of it (`open_state(create=
+a PostgreSQL URL), `jobs/` (the local executor's job folders). Project settings are `nodus.yaml` beside
+`nodus.lock` (`nodus.specs.settings`). Reads create none of it (`open_state(create=
 False)`); a state folder nodus creates gets a `.gitignore` of `*` (`Store.ensure_root`).
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from nodus.builder.store import LOCK_NAME, Store, find_project
 from nodus.reconciler.state.records import StateStore
+from nodus.specs.settings import ProjectSettings, load_settings
 
 
 @dataclass
@@ -33,6 +35,10 @@ class Project:
         return cls(
             root, root / LOCK_NAME, Store.for_project(root, state_dir), state or os.environ.get("NODUS_STATE") or None
         )
+
+    def settings(self) -> ProjectSettings:
+        """The project's `nodus.yaml` (defaults where there is none)."""
+        return load_settings(self.root)
 
     @property
     def jobs(self) -> Path:

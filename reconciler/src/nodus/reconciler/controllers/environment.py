@@ -7,19 +7,23 @@ nodus-build first (the same code path as the `nodus-build` CLI).
 Status it writes: `phase` (Ready, Pending, Failed), `reason` when not Ready (`ImageNotBuilt`: the version is
 not in nodus.lock; `ImageMissing`: the lock names a digest the local store does not have; `BuildFailed`),
 `image` (the digest), `splits` (task counts), `manifests` (`split/seed` -> digest), and `graderImage` /
-`graderImageId`: the image as loaded into podman's storage, which jobs' graders run in (no network).
+`graderImageId`: the image as loaded into podman's storage, which jobs' graders run in (no network), or, where it
+could not be loaded, `sandbox`: why graders of this host would run in process mode (`NoContainerRuntime`: podman
+is not installed; `ImageNotLoaded`: podman refused the image, with its error), which the TrainingJob controller
+says out loud or refuses (the project's `grading.sandbox: container`).
 """
 
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from nodus.builder.lockfile import Lock
 from nodus.builder.oci import read_image, tags_of
+from nodus.builder.sandbox import load_image
+from nodus.errors import BuildError
 
 JSONObject = dict[str, Any]
 Builder = Callable[[Path], tuple[bool, str]]
@@ -49,31 +53,31 @@ def environment_status(document: JSONObject, *, lock: Lock, images: Path) -> JSO
         "splits": dict(entry.splits),
         "manifests": dict(entry.manifests),
     }
-    local = load_for_graders(images, document, tags_of(images, entry.image)[0])
-    if local is not None:
-        status["graderImage"], status["graderImageId"] = local
+    status.update(load_for_graders(images, document, tags_of(images, entry.image)[0]))
     return status
 
 
-def load_for_graders(images: Path, document: JSONObject, tag: str) -> tuple[str, str] | None:
-    """Copy the image from the store into podman's storage, where the grading service runs graders from
-    (it never pulls); (name, image id), or None without podman and skopeo (graders then run in process
-    mode from the package folder). Done once: an image already there with the same id is kept."""
-    if shutil.which("podman") is None or shutil.which("skopeo") is None:
-        return None
+NO_CONTAINER_RUNTIME = "NoContainerRuntime"
+IMAGE_NOT_LOADED = "ImageNotLoaded"
+PODMAN_HINT = "Debian: apt-get install podman runc uidmap"
+
+
+def load_for_graders(images: Path, document: JSONObject, tag: str) -> JSONObject:
+    """Copy the image from the store into podman's storage, where the grading service runs graders from (it
+    never pulls): `{graderImage, graderImageId}`; or, without podman or when podman refuses the image,
+    `{sandbox: {mode: process, reason, message}}`, so the fall back to process mode is never silent. Done once:
+    an image already there with the same id is kept."""
+    if shutil.which("podman") is None:
+        message = f"podman is not installed ({PODMAN_HINT})"
+        return {"sandbox": {"mode": "process", "reason": NO_CONTAINER_RUNTIME, "message": message}}
     name = f"localhost/nodus-env/{document['metadata']['name']}:{document['spec']['version'].replace('+', '_')}"
     config = read_image(images, tag).ref.config_digest
-    podman = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
-    found = subprocess.run([*podman, "image", "inspect", "--format", "{{.Id}}", name], capture_output=True, text=True)
-    if found.returncode != 0 or found.stdout.strip() != config.removeprefix("sha256:"):
-        copied = subprocess.run(
-            ["skopeo", "copy", "--quiet", f"oci:{images}:{tag}", f"containers-storage:{name}"],
-            capture_output=True,
-            text=True,
-        )
-        if copied.returncode != 0:
-            return None
-    return name, config
+    try:
+        load_image(images, tag, name, config)
+    except BuildError as exc:
+        message = exc.message
+        return {"sandbox": {"mode": "process", "reason": IMAGE_NOT_LOADED, "message": message}}
+    return {"graderImage": name, "graderImageId": config}
 
 
 def reconcile_environment(

@@ -37,6 +37,8 @@ ADMISSION_REASONS = frozenset(
     }
 )
 WARNING_PHASES = frozenset({"Failed", "Suspended", UNSUPPORTED_PHASE})
+WARNING_CONDITIONS = frozenset({("ContainerSandbox", "False"), ("GradingFailures", "True")})
+"""Conditions whose turning to this value is a Warning event of its own (once per change, like a phase)."""
 
 
 def conditions(kind: str, status: JSONObject) -> list[JSONObject]:
@@ -56,6 +58,15 @@ def conditions(kind: str, status: JSONObject) -> list[JSONObject]:
     found.append(_condition("Succeeded", phase == "Succeeded", reason if phase in ("Failed", "Cancelled") else "", ""))
     if phase == "Suspended":
         found.append(_condition("Suspended", True, reason, message))
+    sandbox = status.get("sandbox")
+    if isinstance(sandbox, dict) and sandbox.get("mode"):
+        # Graders outside the Environment's image are said out loud, once (an event when this condition turns).
+        contained = sandbox.get("mode") == "container"
+        found.append(
+            _condition(
+                "ContainerSandbox", contained, str(sandbox.get("reason") or ""), str(sandbox.get("message") or "")
+            )
+        )
     failures = (status.get("summary") or {}).get(GRADING_FAILURES)
     if isinstance(failures, dict) and failures.get("failed"):
         # A run that succeeds with replies never scored says so (the seeds: unscored, never a reward of 0).
@@ -104,6 +115,7 @@ def write_status(
                 for event in stages:
                     store.add_event(event)
                 _phase_event(store, record, current.status, new)
+                _condition_events(store, record, current.status, new)
         except Conflict:
             continue  # another command wrote the status meanwhile: look again at what it wrote
         return True
@@ -138,6 +150,16 @@ def _stages(
     if stage:
         moved["stageSeen"] = stage
     return moved, found
+
+
+def _condition_events(store: StateStore, record: ResourceRecord, before: JSONObject, status: JSONObject) -> None:
+    """A Warning event for each condition of WARNING_CONDITIONS that took its value in this write."""
+    had = {(c.get("type"), c.get("status")) for c in before.get("conditions") or [] if isinstance(c, dict)}
+    for condition in status.get("conditions") or []:
+        turned = (condition.get("type"), condition.get("status"))
+        if turned in WARNING_CONDITIONS and turned not in had:
+            reason = str(condition.get("reason") or condition.get("type"))
+            store.add_event(Event(record.key, "Warning", reason, str(condition.get("message") or reason)))
 
 
 def _phase_event(store: StateStore, record: ResourceRecord, before: JSONObject, status: JSONObject) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from nodus.errors import ConfigError
+from nodus.reconciler.controllers import sandbox as sandboxes
 from nodus.reconciler.controllers.admission import Admission, admit, runtime_key
 from nodus.reconciler.controllers.export import exported_status
 from nodus.reconciler.executor.job import EnvironmentSpec, JobSpec
@@ -50,7 +51,7 @@ def executor(project: Project) -> LocalExecutor:
     return LocalExecutor(project.jobs, record_wire=os.environ.get("NODUS_RECORD_WIRE") == "1")
 
 
-KEPT = ("source", "launchGeneration", "price", "export")
+KEPT = ("source", "launchGeneration", "price", "export", "sandbox")
 """Status fields the controllers own, carried over when the job's status is copied in (the events watermark is
 `nodus.reconciler.controllers.status.write_status`'s, which carries it whoever writes)."""
 
@@ -87,10 +88,14 @@ def reconcile_trainingjob(
     input_model, waiting = _model(record, verdict, project=project, store=store)
     if waiting is not None:
         return waiting, None
+    sandbox = sandbox_in_force(record, project, environment)
+    if sandbox is not None and sandbox.refused:
+        return sandbox.refusal(), None
     jobs = executor(project)
     manifests = manifest_folder(project, environment) if environment is not None else None
     price = price_in_force(record, project, jobs)
-    spec = compile_job(record, verdict, runtime, environment, manifests, price=price)
+    container = sandbox is None or sandbox.container
+    spec = compile_job(record, verdict, runtime, environment, manifests, price=price, container=container)
     if input_model is not None:
         spec = dataclasses.replace(spec, env={**spec.env, "NODUS_INPUT_MODEL": str(input_model)})
     exists = jobs.exists(record.key.project, record.key.name)
@@ -106,9 +111,23 @@ def reconcile_trainingjob(
         _follow_cap(jobs, record, spec)
     jobs.launch(spec)
     status = {**job_status(jobs, record), "launchGeneration": launch_generation(record), "price": price.to_status()}
+    if sandbox is not None:
+        status["sandbox"] = sandbox.to_status()
     outputs = jobs.files(record.key.project, record.key.name).outputs
     status = exported_status(record, status, outputs, project=project, store=store)
     return status, (launch_key(record) if new else None)
+
+
+def sandbox_in_force(
+    record: ResourceRecord, project: Project, environment: ResourceRecord | None
+) -> sandboxes.Sandbox | None:
+    """The graders' sandbox of the generation this pass runs: the one recorded when it launched, else the one the
+    project's setting and this host give now (None for a job without an Environment)."""
+    if environment is None:
+        return None
+    launched = record.status.get("launchGeneration") == launch_generation(record)
+    kept = sandboxes.from_status(record.status) if launched and record.status.get("phase") != "Failed" else None
+    return kept or sandboxes.choose(project.settings().grading.sandbox, environment.status)
 
 
 def price_in_force(record: ResourceRecord, project: Project, jobs: LocalExecutor | None = None) -> LaunchPrice:
@@ -187,9 +206,11 @@ def compile_job(
     manifests: Path | None = None,
     *,
     price: LaunchPrice | None = None,
+    container: bool = True,
 ) -> JobSpec:
     """The executor's JobSpec of an admitted TrainingJob (`manifests`: the Environment's manifest folder; `price`:
-    the host's price for this run, the price table's in force now when left out)."""
+    the host's price for this run, the price table's in force now when left out; `container`: graders run in the
+    Environment's image where podman has it, else, or when False, in process mode from the package folder)."""
     spec = record.spec["spec"]
     runtime_spec = runtime.spec["spec"]
     env_spec = None
@@ -198,10 +219,10 @@ def compile_job(
         env_spec = EnvironmentSpec(
             name=environment.key.name,
             version=environment.spec["spec"]["version"],
-            # Graders run in the built image when podman has it (container mode); the package folder is the
-            # fallback for a host without a container runtime (process mode, still sandboxed).
-            image=environment.status.get("graderImage"),
-            digest=environment.status.get("graderImageId"),
+            # Graders run in the built image when podman has it (container mode); the package folder is for
+            # process mode (still sandboxed), which `controllers/sandbox.py` chose and said so.
+            image=environment.status.get("graderImage") if container else None,
+            digest=environment.status.get("graderImageId") if container else None,
             paths=tuple(_package_paths(environment)),
             loader=environment.spec["spec"]["package"].get("loader"),
             train_tasks=int(tasks.get("trainTasks") or 256),
