@@ -90,11 +90,11 @@ def isolations(project: Path) -> set[str]:
 
 
 def test_graders_run_in_the_image_loaded_with_podman_alone(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from nodus.reconciler.controllers import environment
+    from nodus.builder import host_programs
 
-    real = shutil.which
+    real = host_programs.which
     absent = {"skopeo", "umoci", "buildah"}  # as on a fresh machine of this kind
-    monkeypatch.setattr(environment.shutil, "which", lambda name: None if name in absent else real(name))
+    monkeypatch.setattr(host_programs, "which", lambda name: None if name in absent else real(name))
     code, output = nodus("apply", ".", "--yes", "--wait", "--timeout", "3m")
     assert code == 0, output
     assert "process mode" not in output
@@ -136,11 +136,11 @@ def test_process_mode_when_the_project_asks_says_so_once_and_stages_no_state_fol
 def test_a_project_that_requires_containers_refuses_a_host_without_podman(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nodus.reconciler.controllers import environment
+    from nodus.builder import host_programs
 
     (project / "nodus.yaml").write_text("grading:\n  sandbox: container\n")
-    real = shutil.which
-    monkeypatch.setattr(environment.shutil, "which", lambda name: None if name == "podman" else real(name))
+    real = host_programs.which
+    monkeypatch.setattr(host_programs, "which", lambda name: None if name == "podman" else real(name))
     code, output = nodus("apply", ".", "--yes", "--wait", "--timeout", "3m")
     assert code == 1, output
     assert "TrainingJob/in-place: Failed: SandboxUnavailable: the project requires container grading" in output

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from nodus.builder import host_programs
 from nodus.builder.layers import Entry
 from nodus.builder.oci import NewLayer, add_layer, read_image, write_image
 from nodus.errors import ConfigError
@@ -53,7 +54,7 @@ def test_the_choice_is_a_condition_of_the_job_and_survives_in_its_status() -> No
 def test_without_podman_the_environment_says_so_instead_of_a_silent_none(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(environment_controller.shutil, "which", lambda name: None)
+    monkeypatch.setattr(host_programs, "which", lambda name: None)
     found = environment_controller.load_for_graders(tmp_path, {"metadata": {"name": "demo"}, "spec": {}}, "t")
     assert found == {
         "sandbox": {
@@ -92,10 +93,8 @@ def test_an_image_reaches_podman_storage_with_podman_alone(tmp_path: Path, monke
     from a layout whose path podman would refuse as an image name (`.nodus/images`)."""
     if shutil.which("podman") is None:
         pytest.skip("podman is not installed")
-    real_which = shutil.which
-    monkeypatch.setattr(
-        environment_controller.shutil, "which", lambda name: None if name == "skopeo" else real_which(name)
-    )
+    real_which = host_programs.which
+    monkeypatch.setattr(host_programs, "which", lambda name: None if name == "skopeo" else real_which(name))
     layout = tmp_path / "Project" / ".nodus" / "images"
     marker = tmp_path.name.lower().replace("_", "-")
     layer = add_layer(layout, {"marker": Entry.file(f"{marker}\n".encode())}, epoch=0)

@@ -12,7 +12,7 @@ from nodus.reconciler.executor.job import JobFiles, JobSpec
 
 
 def argv_of(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], JobFiles]:
-    monkeypatch.setattr(trainer_container.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(trainer_container.host_programs, "which", lambda name: f"/usr/bin/{name}")
     files = JobFiles.of(tmp_path / "jobs", "default", "boxed")
     job = JobSpec(
         name="boxed",
@@ -73,7 +73,7 @@ def test_one_container_name_per_job_folder(tmp_path: Path) -> None:
 
 
 def test_without_podman_the_error_says_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(trainer_container.shutil, "which", lambda name: None)
+    monkeypatch.setattr(trainer_container.host_programs, "which", lambda name: None)
     job = JobSpec(name="boxed", project="default", command=("run",), image="localhost/trainer:1")
     with pytest.raises(PrerequisiteError, match="podman is not installed"):
         trainer_container.run_argv(job, JobFiles.of(tmp_path, "default", "boxed"), {})

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodus.builder import host_programs
 from nodus.builder.layers import Entry, normalize_path
 from nodus.builder.oci import (
     ImageConfig,
@@ -100,7 +101,7 @@ def rootfs_tar(recipe: BaseRecipe, *, progress: Progress | None = None) -> Path:
     with file_lock(cache / ".lock"):
         if target.exists():
             return target
-        if shutil.which("mmdebstrap") is None:
+        if host_programs.which("mmdebstrap") is None:
             raise PrerequisiteError(
                 "building the base image needs mmdebstrap", hint="apt-get install mmdebstrap (or pull a base: --base)"
             )

@@ -15,12 +15,12 @@ for the same BuildSpec.
 from __future__ import annotations
 
 import os
-import shutil
 import tarfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from nodus.builder import host_programs
 from nodus.builder.sandbox import GRADER_UID, Mount, RunResult
 from nodus.errors import PrerequisiteError
 
@@ -35,7 +35,7 @@ def require_engine() -> None:
         raise PrerequisiteError(
             "--backend dagger needs dagger-io", hint="pip install 'nodus-build[dagger]', or use --backend local"
         ) from None
-    if not any(os.environ.get(name) for name in ENGINE_VARIABLES) and shutil.which("dagger") is None:
+    if not any(os.environ.get(name) for name in ENGINE_VARIABLES) and host_programs.which("dagger") is None:
         raise PrerequisiteError(
             "--backend dagger needs a Dagger engine (none configured here)",
             hint="run inside `dagger run`, in the GitHub workflow, or use --backend local",

@@ -23,6 +23,7 @@ import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
+from nodus.builder import host_programs
 from nodus.builder.oci import canonical_json, sha256_digest
 from nodus.builder.plan import LockedRequirements
 from nodus.builder.store import Store
@@ -40,9 +41,7 @@ def uv_binary() -> str:
 
         return str(find_uv_bin())
     except (ImportError, FileNotFoundError):
-        import shutil
-
-        found = shutil.which("uv")
+        found = host_programs.which("uv")
         if found is None:
             raise PrerequisiteError("nodus-build needs uv to lock requirements", hint="pip install uv") from None
         return found

@@ -25,7 +25,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nodus.builder import host_programs
 from nodus.builder.store import file_lock, user_cache
 from nodus.errors import BuildError, PrerequisiteError
 
@@ -55,7 +55,7 @@ class RunResult:
 
 
 def podman() -> list[str]:
-    if shutil.which(PODMAN[0]) is None:
+    if host_programs.which(PODMAN[0]) is None:
         raise PrerequisiteError(
             "nodus-build runs each environment's self-check in a sandbox and needs podman for it",
             hint="apt-get install podman runc uidmap",

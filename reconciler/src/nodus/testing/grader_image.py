@@ -12,11 +12,11 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import shutil
 import subprocess
 import tarfile
 from pathlib import Path
 
+from nodus.builder import host_programs
 from nodus.errors import PrerequisiteError
 
 PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
@@ -106,7 +106,7 @@ def build_grader_image(
     environment: Path, *, name: str, version: str, loader: str, repository: str, workdir: Path
 ) -> str:
     """Build (or reuse) the image for `environment`; returns its local reference."""
-    if shutil.which("podman") is None:
+    if host_programs.which("podman") is None:
         raise PrerequisiteError("podman is not installed", hint="apt-get install podman runc uidmap")
     if not PYTHON.exists():
         raise PrerequisiteError(f"{PYTHON} is needed to build a test image", hint="apt-get install python3.11")

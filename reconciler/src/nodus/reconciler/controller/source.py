@@ -19,6 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodus.builder import host_programs
 from nodus.errors import ConfigError, PrerequisiteError, TemporaryError
 from nodus.reconciler.state.sql import redact_url
 
@@ -99,7 +100,7 @@ class GitSource:
         cwd: Path | None = None,
         failure: type[ConfigError] | type[TemporaryError] = ConfigError,
     ) -> str:
-        git = shutil.which("git")
+        git = host_programs.which("git")
         if git is None:
             raise PrerequisiteError("nodus controller needs git, which is not on PATH", hint="apt-get install git")
         environment = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}

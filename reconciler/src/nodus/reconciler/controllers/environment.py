@@ -15,11 +15,11 @@ says out loud or refuses (the project's `grading.sandbox: container`).
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nodus.builder import host_programs
 from nodus.builder.lockfile import Lock
 from nodus.builder.oci import read_image, tags_of
 from nodus.builder.sandbox import load_image
@@ -67,7 +67,7 @@ def load_for_graders(images: Path, document: JSONObject, tag: str) -> JSONObject
     never pulls): `{graderImage, graderImageId}`; or, without podman or when podman refuses the image,
     `{sandbox: {mode: process, reason, message}}`, so the fall back to process mode is never silent. Done once:
     an image already there with the same id is kept."""
-    if shutil.which("podman") is None:
+    if host_programs.which("podman") is None:
         message = f"podman is not installed ({PODMAN_HINT})"
         return {"sandbox": {"mode": "process", "reason": NO_CONTAINER_RUNTIME, "message": message}}
     name = f"localhost/nodus-env/{document['metadata']['name']}:{document['spec']['version'].replace('+', '_')}"

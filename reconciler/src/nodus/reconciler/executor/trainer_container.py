@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import hashlib
 import resource
-import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from nodus.builder import host_programs
 from nodus.errors import PrerequisiteError
 from nodus.reconciler.grading.sandbox import runtime_global_flags
 
@@ -53,7 +53,7 @@ def container_name(files: JobFiles) -> str:
 
 
 def podman() -> str:
-    found = shutil.which("podman")
+    found = host_programs.which("podman")
     if found is None:
         raise PrerequisiteError(
             "the job has an image but podman is not installed", hint="apt-get install podman (or drop the image)"
@@ -95,7 +95,7 @@ def run_argv(spec: JobSpec, files: JobFiles, contract: Mapping[str, str]) -> lis
 
 def stop(files: JobFiles, grace_s: float) -> None:
     """SIGTERM to the container's command, SIGKILL after `grace_s`, then the container removed (if any)."""
-    tool = shutil.which("podman")
+    tool = host_programs.which("podman")
     if tool is None:
         return
     name = container_name(files)
@@ -107,7 +107,7 @@ def stop(files: JobFiles, grace_s: float) -> None:
 
 def remove(files: JobFiles) -> None:
     """Remove the job's container if one is left (a supervisor killed while its trainer ran)."""
-    tool = shutil.which("podman")
+    tool = host_programs.which("podman")
     if tool is None:
         return
     argv = [tool, *runtime_global_flags("podman"), "rm", "--force", "--ignore", container_name(files)]

@@ -9,7 +9,6 @@ found into argv.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import threading
 import uuid
@@ -17,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
+from nodus.builder import host_programs
 from nodus.errors import ConfigError, PermanentError, PrerequisiteError
 
 from .models import EnvironmentRef
@@ -45,7 +45,7 @@ class Launcher:
         self,
         settings: GradingSettings,
         *,
-        which: Callable[[str], str | None] = shutil.which,
+        which: Callable[[str], str | None] = host_programs.which,
         is_root: bool | None = None,
     ) -> None:
         self.settings = settings
