@@ -1,18 +1,47 @@
 """Fixtures of the cross-package tests.
 
 Who uses it: the end-to-end training tests (`test_train_grpo.py`, `test_estimate_quickstart.py`), which all
-start from the quickstart's Environment built into a grader image and the tiny model in a Hugging Face cache.
+start from the quickstart's Environment built into a grader image and the tiny model in a Hugging Face cache; and
+the end-to-end apply tests (`test_apply_trainingjob.py`, `test_grading_sandbox.py`), which run the attempt-API
+test runtime (`echo_runtime`: the stand-in trainer of `reconciler/tests/executor/runtimes/echo_trainer.py`).
 """
 
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "quickstart"
+REPO = Path(__file__).resolve().parents[1]
+QUICKSTART = REPO / "examples" / "quickstart"
+ECHO_TRAINER = REPO / "reconciler" / "tests" / "executor" / "runtimes" / "echo_trainer.py"
+ECHO_RUNTIME = """apiVersion: nodus.dev/v1beta1
+kind: TrainingRuntime
+metadata: {{name: echo}}
+spec:
+  command: [{python}, {trainer}]
+  tasks: [GRPO]
+  environmentTasks: AttemptAPI
+  outputs: [{{name: outputs, path: /nodus/outputs}}]
+  parameterSchema:
+    type: object
+    additionalProperties: false
+    properties:
+      steps: {{type: integer, minimum: 1}}
+      sleepS: {{type: number}}
+      batch: {{type: integer}}
+      evaluate: {{type: boolean}}
+  defaults: {{steps: 3, sleepS: 0.05, batch: 4}}
+"""
+
+
+@pytest.fixture
+def echo_runtime() -> str:
+    """The TrainingRuntime `echo` (YAML): the stand-in trainer, run by this interpreter, talking to the attempt API."""
+    return ECHO_RUNTIME.format(python=sys.executable, trainer=ECHO_TRAINER)
 
 
 @pytest.fixture

@@ -22,26 +22,7 @@ from nodus.cli.main import cli
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
-ECHO_TRAINER = REPO / "reconciler" / "tests" / "executor" / "runtimes" / "echo_trainer.py"
 
-RUNTIME = """apiVersion: nodus.dev/v1beta1
-kind: TrainingRuntime
-metadata: {{name: echo}}
-spec:
-  command: [{python}, {trainer}]
-  tasks: [GRPO]
-  environmentTasks: AttemptAPI
-  outputs: [{{name: outputs, path: /nodus/outputs}}]
-  parameterSchema:
-    type: object
-    additionalProperties: false
-    properties:
-      steps: {{type: integer, minimum: 1}}
-      sleepS: {{type: number}}
-      batch: {{type: integer}}
-      evaluate: {{type: boolean}}
-  defaults: {{steps: 3, sleepS: 0.05, batch: 4}}
-"""
 JOB = """apiVersion: nodus.dev/v1beta1
 kind: TrainingJob
 metadata: {{name: echo-run}}
@@ -54,11 +35,11 @@ spec:
 
 
 @pytest.fixture
-def project(tmp_path: Path, base_reference: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+def project(tmp_path: Path, base_reference: str, echo_runtime: str, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A project with the arithmetic Environment (built), the echo runtime and one TrainingJob."""
     root = tmp_path / "project"
     shutil.copytree(REPO / "catalog" / "arithmetic", root / "arithmetic", ignore=shutil.ignore_patterns("tests"))
-    (root / "runtime.yaml").write_text(RUNTIME.format(python=sys.executable, trainer=ECHO_TRAINER))
+    (root / "runtime.yaml").write_text(echo_runtime)
     (root / "job.yaml").write_text(JOB.format(parameters="{steps: 4}", extra=""))
     flags = ["--network", "none", "--base", base_reference, "--lock", str(root / "nodus.lock")]
     with pytest.raises(SystemExit) as exited:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,25 +21,6 @@ from nodus.cli.main import cli
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
-ECHO_TRAINER = REPO / "reconciler" / "tests" / "executor" / "runtimes" / "echo_trainer.py"
-RUNTIME = """apiVersion: nodus.dev/v1beta1
-kind: TrainingRuntime
-metadata: {{name: echo}}
-spec:
-  command: [{python}, {trainer}]
-  tasks: [GRPO]
-  environmentTasks: AttemptAPI
-  outputs: [{{name: outputs, path: /nodus/outputs}}]
-  parameterSchema:
-    type: object
-    additionalProperties: false
-    properties:
-      steps: {{type: integer, minimum: 1}}
-      sleepS: {{type: number}}
-      batch: {{type: integer}}
-      evaluate: {{type: boolean}}
-  defaults: {{steps: 2, sleepS: 0.05, batch: 4}}
-"""
 JOB = """apiVersion: nodus.dev/v1beta1
 kind: TrainingJob
 metadata: {name: in-place}
@@ -53,7 +33,7 @@ spec:
 
 
 @pytest.fixture
-def project(tmp_path: Path, base_reference: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+def project(tmp_path: Path, base_reference: str, echo_runtime: str, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The arithmetic package copied into the project folder itself, built, with the echo runtime and a job."""
     root = tmp_path / "project"
     shutil.copytree(REPO / "catalog" / "arithmetic", root, ignore=shutil.ignore_patterns("tests", "__pycache__"))
@@ -63,7 +43,7 @@ def project(tmp_path: Path, base_reference: str, monkeypatch: pytest.MonkeyPatch
         .replace("metadata: {name: arithmetic, project: nodus}", "metadata: {name: arithmetic}")
     )
     (root / "environment.yaml").write_text(text)
-    (root / "runtime.yaml").write_text(RUNTIME.format(python=sys.executable, trainer=ECHO_TRAINER))
+    (root / "runtime.yaml").write_text(echo_runtime)
     (root / "job.yaml").write_text(JOB)
     flags = ["--network", "none", "--base", base_reference, "--lock", str(root / "nodus.lock")]
     with pytest.raises(SystemExit) as exited:
