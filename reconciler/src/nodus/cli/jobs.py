@@ -4,8 +4,9 @@ Who calls it: `nodus.cli.main` registers the commands. They find the project and
 (`nodus.reconciler.project`) and the project's executor (`nodus.reconciler.controllers.trainingjob.executor`),
 which they ask through the Executor protocol, never reading a job folder. `cp` copies files and folders (`-r`)
 of outputs, each verified by the executor against the sha256 recorded when it collected them, from the
-generation launched last or, with `--generation N`, from an earlier one a replacement set aside (`logs` takes `--generation` too); `patch` takes
-the apply lease, validates the patched resource like a file, and refuses a lower spending cap.
+generation launched last or, with `--generation N`, from an earlier one a replacement set aside (`logs` takes
+`--generation` too); `patch` takes the apply lease, validates the patched resource like a file, and refuses a
+lower spending cap.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import json
 import os
 import sys
 import time
-from pathlib import Path, PurePosixPath
 from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import click

@@ -65,5 +65,6 @@ def load_settings(root: Path) -> ProjectSettings:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"])
         raise ConfigError(
-            f"{path}: {field}: {first['msg']}", hint=f"see the README's Project settings: {field if field == 'executor' else 'grading.sandbox'}"
+            f"{path}: {field}: {first['msg']}",
+            hint=f"see the README's Project settings: {field if field == 'executor' else 'grading.sandbox'}",
         ) from None

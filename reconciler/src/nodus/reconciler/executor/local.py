@@ -1,8 +1,9 @@
 """The local executor: jobs as supervised processes on this machine, each in a folder under `jobs_root`.
 
 Who uses it: the controllers, refresh, the CLI and the SDK, through the Executor protocol
-(`executor/protocol.py`, which it implements); nothing outside this package reads a job folder. Every call works from the job folder alone, so a new process (a later `nodus`
-run) sees exactly what an earlier one started:
+(`executor/protocol.py`, which it implements); nothing outside this package reads a job folder. Every call
+works from the job folder alone, so a new process (a later `nodus` run) sees exactly what an earlier one
+started:
 
     executor = LocalExecutor(Path("~/.local/share/nodus/jobs").expanduser(), GradingSettings())
     executor.launch(spec)                      # idempotent per (generation, attempt)

@@ -1,9 +1,9 @@
 """Step times measured on this host: what a finished run took, read back from its own events.
 
 Who calls it: the TrainingJob controller (`nodus.reconciler.controllers.trainingjob.job_status`), once a run has
-Succeeded, stores `measure(...)` (from the executor's `events` and `spec_of`) as the record's `status.timing`; `nodus.reconciler.pricing.facts` hands the
-timings of finished runs of a runtime to the estimator, which prefers them to the runtime's published `cpu`
-figures for a later CPU run of the same shape (`same_shape`).
+Succeeded, stores `measure(...)` (from the executor's `events` and `spec_of`) as the record's `status.timing`;
+`nodus.reconciler.pricing.facts` hands the timings of finished runs of a runtime to the estimator, which prefers
+them to the runtime's published `cpu` figures for a later CPU run of the same shape (`same_shape`).
 
 Why: a runtime's `measured.stepSeconds.cpu` was measured on one machine; CPUs differ by a third or more (the
 same quickstart-sized run took 27 s on one CI machine and 35 s on another), so a fixed CPU figure cannot
