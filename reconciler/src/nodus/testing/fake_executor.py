@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 from nodus.errors import ConfigError, TemporaryError
 from nodus.reconciler.executor import (
     Capabilities,
+    Executor,
     Gradings,
     JobSpec,
     Observation,
@@ -297,3 +298,7 @@ def _camel(name: str) -> str:
         return "costUSD"
     head, *rest = name.split("_")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def _satisfies_the_protocol(fake: FakeExecutor) -> Executor:
+    return fake  # mypy checks here that FakeExecutor implements every method of Executor with its types

@@ -338,9 +338,9 @@ def job_status(jobs: Executor, record: ResourceRecord) -> JSONObject:
     seen = jobs.observe(project, name)
     raw = seen.raw
     status: dict[str, Any] = {"phase": seen.phase}
-    for name in ("reason", "message", "stage", "step", "totalSteps", "metrics", "summary", "diagnostics", "attempt"):
-        if raw.get(name) not in (None, "", {}):
-            status[name] = raw[name]
+    for field in ("reason", "message", "stage", "step", "totalSteps", "metrics", "summary", "diagnostics", "attempt"):
+        if raw.get(field) not in (None, "", {}):
+            status[field] = raw[field]
     if seen.cost_usd is not None:
         status["cost"] = {"totalUSD": seen.cost_usd, "limitUSD": record.spec["spec"].get("maxCostUSD")}
     if record.key.kind == "TrainingJob" and status["phase"] == "Succeeded":
