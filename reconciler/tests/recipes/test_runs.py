@@ -13,7 +13,7 @@ import pytest
 from nodus.errors import ConfigError
 from nodus.recipes import rl
 from nodus.recipes.runs import Record
-from nodus.reconciler.executor.job import manifest_of, write_json
+from nodus.reconciler.executor.job import JobFiles, JobSpec, manifest_of, write_json
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import ResourceKey
 
@@ -71,7 +71,13 @@ def run(tmp_path: Path) -> rl.Run:
     (outputs / "adapter" / "adapter_model.safetensors").write_bytes(b"\x00weights")
     (outputs / "results.json").write_text('{"finalPassRate": 0.5}')
     write_json(folder / "outputs.json", manifest_of(outputs))
+    write_json(folder / "spec.json", JobSpec(name=NAME, project="default", command=("train",)).to_json())
     return rl.Run(NAME, "default", rl.Options(path=root))
+
+
+def job_folder(run: rl.Run) -> JobFiles:
+    """The run's folder in the local executor's layout (the handle itself reads it only through the executor)."""
+    return JobFiles.of(run.options.project().jobs, "default", NAME)
 
 
 def test_tasks_lists_the_last_verdict_of_each_task_in_each_phase(run: rl.Run) -> None:
@@ -106,7 +112,7 @@ def test_download_copies_every_output_checked_against_its_sha256(run: rl.Run, tm
 
 
 def test_a_changed_output_is_refused_and_nothing_is_copied(run: rl.Run, tmp_path: Path) -> None:
-    (run.files.outputs / "results.json").write_text('{"finalPassRate": 1.0}')
+    (job_folder(run).outputs / "results.json").write_text('{"finalPassRate": 1.0}')
     with pytest.raises(ConfigError) as refused:
         run.outputs.download(tmp_path / "out")
     assert "outputs/results.json of TrainingJob/reward-run no longer matches the sha256" in refused.value.message
@@ -114,7 +120,7 @@ def test_a_changed_output_is_refused_and_nothing_is_copied(run: rl.Run, tmp_path
 
 
 def test_a_run_without_outputs_says_so(run: rl.Run, tmp_path: Path) -> None:
-    run.files.outputs_manifest.unlink()
+    job_folder(run).outputs_manifest.unlink()
     with pytest.raises(ConfigError, match="has no outputs yet"):
         run.outputs.download(tmp_path / "out")
 

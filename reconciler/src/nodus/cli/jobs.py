@@ -1,11 +1,12 @@
 """`nodus logs`, `nodus cp`, `nodus cancel`, `nodus delete` and `nodus patch`: acting on running work.
 
 Who calls it: `nodus.cli.main` registers the commands. They find the project and its state store
-(`nodus.reconciler.project`) and the local executor's job folders (`nodus.reconciler.controllers.trainingjob`).
-`cp` copies files and folders (`-r`) of outputs, each verified against the sha256 the supervisor recorded when
-it collected them (`nodus.reconciler.executor.outputs`), from the generation launched last or, with
-`--generation N`, from an earlier one a replacement set aside (`logs` takes `--generation` too); `patch` takes
-the apply lease, validates the patched resource like a file, and refuses a lower spending cap.
+(`nodus.reconciler.project`) and the project's executor (`nodus.reconciler.controllers.trainingjob.executor`),
+which they ask through the Executor protocol, never reading a job folder. `cp` copies files and folders (`-r`)
+of outputs, each verified by the executor against the sha256 recorded when it collected them, from the
+generation launched last or, with `--generation N`, from an earlier one a replacement set aside (`logs` takes
+`--generation` too); `patch` takes the apply lease, validates the patched resource like a file, and refuses a
+lower spending cap.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -22,8 +24,7 @@ import click
 from nodus.cli.console import err_line, line
 from nodus.cli.resources import split_target
 from nodus.errors import ConfigError
-from nodus.reconciler.executor.job import JobFiles, read_jsonl
-from nodus.reconciler.executor.outputs import copy_verified, recorded
+from nodus.reconciler.executor import Executor, OutputFile
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey
 from nodus.reconciler.views.warnings import failed_grading_lines
@@ -61,25 +62,23 @@ def logs(target: str, follow: bool, generation: int | None, namespace: str | Non
     jobs = executor(Project.find(path))
     if not jobs.exists(key.project, key.name):
         raise ConfigError(f"{key.kind}/{key.name} has no job yet", hint="nodus get tj shows its phase")
-    files = jobs.generation_files(key.project, key.name, generation)
-    log = files.trainer_log
-    offset = 0
+    log = jobs.logs(key.project, key.name, generation)
     while True:
-        if log.exists():
-            with log.open("rb") as handle:
-                handle.seek(offset)
-                chunk = handle.read()
-            offset += len(chunk)
-            sys.stdout.write(chunk.decode("utf-8", errors="replace"))
-            sys.stdout.flush()
-        if not follow or files.read_status().get("phase") in ("Succeeded", "Failed", "Cancelled"):
-            if follow and log.exists() and log.stat().st_size > offset:
-                continue
-            gradings = files.gradings_log  # failed gradings: where their evidence is
-            for text in failed_grading_lines(read_jsonl(gradings), gradings):
+        _write(log.read())
+        if not follow or log.ended():
+            while follow and (rest := log.read()):
+                _write(rest)  # written before it ended
+            gradings = jobs.gradings(key.project, key.name, generation)  # failed gradings: where their evidence is
+            for text in failed_grading_lines(gradings.records, gradings.where):
                 err_line(text)
             return
         time.sleep(0.5)
+
+
+def _write(chunk: bytes) -> None:
+    if chunk:
+        sys.stdout.write(chunk.decode("utf-8", errors="replace"))
+        sys.stdout.flush()
 
 
 @click.command("cp")
@@ -114,29 +113,26 @@ def cp(
     jobs = executor(Project.find(path))
     if not jobs.exists(key.project, key.name):
         raise ConfigError(f"{key.kind}/{key.name} has no job", hint="nodus get tj shows its phase")
-    files = jobs.generation_files(key.project, key.name, generation)
     label = f"{key.kind}/{key.name}" + (f" generation {generation}" if generation is not None else "")
     relative = inner_path.removeprefix("outputs").strip("/")
-    wanted = recorded(files)
-    if wanted is None:
-        phase = files.read_status().get("phase")
+    outputs = jobs.outputs(key.project, key.name, generation)
+    if outputs is None:
+        phase = jobs.observe(key.project, key.name, generation).phase
         why = "it has not finished" if phase not in ("Succeeded", "Failed", "Cancelled") else f"it ended {phase}"
-        raise ConfigError(
-            f"{label} has no outputs: {why}",
-            hint=_earlier_hint(jobs.files(key.project, key.name), key.kind, key.name) or None,
-        )
+        raise ConfigError(f"{label} has no outputs: {why}", hint=_earlier_hint(jobs, key) or None)
+    wanted = outputs.files
     copies, root = _copies(relative, wanted, destination, recursive=recursive, label=label, source=source)
-    done = copy_verified(files, copies, wanted, label, root=root)
+    done = jobs.copy_outputs(key.project, key.name, copies, label=label, root=root, generation=generation)
     if len(done) == 1 and relative in wanted:
         entry = wanted[relative]
-        line(f"{done[0]} ({entry['size']} bytes, sha256 {str(entry['sha256'])[:12]}... verified)")
+        line(f"{done[0]} ({entry.size} bytes, sha256 {entry.sha256[:12]}... verified)")
     else:
-        size = sum(int(wanted[name].get("size") or 0) for name, _ in copies)
+        size = sum(wanted[name].size for name, _ in copies)
         line(f"{root} ({len(done)} files, {size} bytes, each verified against its sha256)")
 
 
 def _copies(
-    relative: str, wanted: dict[str, dict[str, Any]], destination: str, *, recursive: bool, label: str, source: str
+    relative: str, wanted: Mapping[str, OutputFile], destination: str, *, recursive: bool, label: str, source: str
 ) -> tuple[list[tuple[str, Path]], Path]:
     """(output, final path) for each file a copy of `outputs/relative` makes, and the folder or file it makes."""
     into = destination.endswith(("/", os.sep)) or Path(destination).is_dir()
@@ -161,14 +157,14 @@ def _copies(
     return [(name, root / name[len(prefix) :]) for name in members], root
 
 
-def _earlier_hint(files: JobFiles, kind: str, name: str) -> str:
+def _earlier_hint(jobs: Executor, key: ResourceKey) -> str:
     """Where earlier generations' outputs are, when there are any."""
-    earlier = files.earlier_generations()
+    earlier = jobs.earlier_generations(key.project, key.name)
     if not earlier:
         return ""
-    short = "tj" if kind == "TrainingJob" else "job"
+    short = "tj" if key.kind == "TrainingJob" else "job"
     numbers = ", ".join(str(number) for number in earlier)
-    return f"earlier generations: {numbers} (nodus cp {short}/{name}:outputs/PATH DEST --generation N)"
+    return f"earlier generations: {numbers} (nodus cp {short}/{key.name}:outputs/PATH DEST --generation N)"
 
 
 @click.command("cancel")

@@ -2,9 +2,9 @@
 
 Who calls it: users, through what `rl.train(...)`, `job.run(...)` and `rl.evaluate(...).run()` return. It reads
 what `nodus get`, `nodus logs` and `nodus cp` read: the TrainingJob's record in the project's state store
-(refreshed from the local executor first) and the job's folder, `.nodus/jobs/<project>/<name>/`:
-`logs/events.jsonl` (the trainer's progress reports), `logs/gradings.jsonl` (every verdict, with its phase) and
-`outputs/` with `outputs.json` (the sha256 of every output, checked again on download).
+(refreshed from the executor first) and, through the project's executor (the Executor protocol), the job's
+events (the trainer's progress reports), its gradings (every verdict, with its phase) and its outputs (the
+sha256 of every output, checked again on download).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any, TextIO
 
 from nodus.errors import ConfigError
 from nodus.recipes.apply import Options
-from nodus.reconciler.executor.job import JobFiles, json_objects, read_jsonl
-from nodus.reconciler.executor.outputs import copy_verified, recorded
+from nodus.reconciler.controllers.trainingjob import executor
+from nodus.reconciler.executor import Executor
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import ResourceKey
 from nodus.reconciler.views.warnings import unseen
@@ -60,27 +60,35 @@ def wrap(value: Any) -> Any:
 
 class Outputs:
     """A run's output files, copied out only when they match the sha256 recorded when they were collected
-    (`nodus.reconciler.executor.outputs`, the copies `nodus cp` makes)."""
+    (the executor's `copy_outputs`, the copies `nodus cp` makes)."""
 
-    def __init__(self, files: JobFiles, label: str) -> None:
-        self._files = files
+    def __init__(self, jobs: Executor, project: str, name: str, label: str) -> None:
+        self._jobs = jobs
+        self._project = project
+        self._name = name
         self._label = label
+
+    def _recorded(self) -> dict[str, dict[str, Any]] | None:
+        if not self._jobs.exists(self._project, self._name):
+            return None
+        outputs = self._jobs.outputs(self._project, self._name)
+        return None if outputs is None else outputs.to_json()
 
     def files(self) -> dict[str, Record]:
         """`path -> {sha256, size}` of every output (empty until the run has succeeded)."""
-        return {path: Record(entry) for path, entry in (recorded(self._files) or {}).items()}
+        return {path: Record(entry) for path, entry in (self._recorded() or {}).items()}
 
     def download(self, directory: str | Path) -> list[Path]:
         """Copy every output under `directory` (keeping its path); each copy is checked against its sha256, and
         nothing is left behind unless all of them check."""
-        wanted = recorded(self._files)
+        wanted = self._recorded()
         if wanted is None:
             raise ConfigError(f"{self._label} has no outputs yet", hint="outputs are collected when the run succeeds")
         if not wanted:
             raise ConfigError(f"{self._label} wrote no outputs")
         target = Path(directory)
         copies = [(relative, target / relative) for relative in sorted(wanted)]
-        return copy_verified(self._files, copies, wanted, self._label, root=target)
+        return self._jobs.copy_outputs(self._project, self._name, copies, label=self._label, root=target)
 
 
 class Run:
@@ -100,13 +108,13 @@ class Run:
         return ResourceKey("TrainingJob", self.project, self.name)
 
     @property
-    def files(self) -> JobFiles:
-        """The job's folder (the local executor's layout)."""
-        return JobFiles.of(self._where.jobs, self.project, self.name)
+    def jobs(self) -> Executor:
+        """The project's executor (`executor:` in its nodus.yaml), which runs and keeps the job."""
+        return executor(self._where)
 
     @property
     def outputs(self) -> Outputs:
-        return Outputs(self.files, f"TrainingJob/{self.name}")
+        return Outputs(self.jobs, self.project, self.name, f"TrainingJob/{self.name}")
 
     # --- status ------------------------------------------------------------------------------------------
 
@@ -129,7 +137,7 @@ class Run:
         """Print each stage as it starts, then reward, loss and KL of every step, until the run ends; and a
         `warning:` line when gradings fail or the reward signal is flat (again with the final figures)."""
         stream = out or sys.stdout
-        events = _Tail(self.files.events_log)
+        events = _Tail(self.jobs, self.project, self.name)
         shown: dict[str, Any] = {}
         while True:
             status = self.status()
@@ -155,7 +163,9 @@ class Run:
         if outcome is not None and outcome not in set(OUTCOMES.values()):
             raise ConfigError(f"outcome={outcome!r}: an outcome is Passed, Failed or Unscored")
         last: dict[tuple[str, str], Record] = {}
-        for record in read_jsonl(self.files.gradings_log):
+        jobs = self.jobs
+        records = jobs.gradings(self.project, self.name).records if jobs.exists(self.project, self.name) else ()
+        for record in records:
             task, verdict = record.get("taskId"), record.get("verdict")
             if not isinstance(task, str) or verdict not in OUTCOMES:
                 continue
@@ -190,25 +200,23 @@ def _status(project: Project, key: ResourceKey) -> Record:
 
 
 class _Tail:
-    """The complete lines appended to a JSON-lines file since the last read."""
+    """The job's events reported since the last read (its executor's `events`, read whole each time)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
+    def __init__(self, jobs: Executor, project: str, name: str) -> None:
+        self._jobs = jobs
+        self._project = project
+        self._name = name
+        self.seen = 0
 
     def read(self) -> list[dict[str, Any]]:
-        try:
-            with self.path.open("rb") as handle:
-                handle.seek(self.offset)
-                chunk = handle.read()
-        except FileNotFoundError:
+        if not self._jobs.exists(self._project, self._name):
             return []
-        complete = chunk[: chunk.rfind(b"\n") + 1]
-        if len(complete) == 0 and self.offset and self.path.stat().st_size < self.offset:
-            self.offset = 0  # a new generation of the job started the log again
-            return self.read()
-        self.offset += len(complete)
-        return list(json_objects(complete.decode("utf-8", errors="replace").splitlines()))
+        records = list(self._jobs.events(self._project, self._name))
+        if len(records) < self.seen:
+            self.seen = 0  # a new generation of the job started the log again
+        new = records[self.seen :]
+        self.seen = len(records)
+        return new
 
 
 def _show_status(status: Record, shown: dict[str, Any], out: TextIO) -> None:

@@ -31,8 +31,7 @@ def refresh(project: Project, store: StateStore) -> int:
         kept = {name: record.status[name] for name in KEPT if name in record.status}
         status = {**job_status(jobs, record), **kept}
         if key.kind == "TrainingJob":
-            outputs = jobs.files(key.project, key.name).outputs
-            status = exported_status(record, status, outputs, project=project, store=store)
+            status = exported_status(record, status, jobs, project=project, store=store)
         if write_status(store, record, status, reported_events(jobs, record)):
             changed += 1
     return changed

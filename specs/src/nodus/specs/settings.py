@@ -1,11 +1,12 @@
 """Project settings: `nodus.yaml` beside `nodus.lock`, what a project decides for all its resources on a host.
 
 Who uses it: `nodus.reconciler.project.Project.settings` reads it (once per command); the TrainingJob controller
-takes the grading sandbox from it. The file is plain YAML without `apiVersion` (it is not a resource, so `nodus
-plan` skips it as other YAML), unknown keys are errors, and every key has a default, so a project without the
-file behaves as before:
+takes the grading sandbox and the executor from it. The file is plain YAML without `apiVersion` (it is not a
+resource, so `nodus plan` skips it as other YAML), unknown keys are errors, and every key has a default, so a
+project without the file behaves as before:
 
     # nodus.yaml
+    executor: local        # where the project's jobs run: local (default, the only one yet)
     grading:
       sandbox: container   # auto (default) | container | process
 """
@@ -37,6 +38,9 @@ class GradingSettings(SpecModel):
 class ProjectSettings(SpecModel):
     """The settings of one project (`nodus.yaml`)."""
 
+    executor: Literal["local"] = "local"
+    """Which executor runs the project's jobs (`nodus.reconciler.executor.choose`): local, processes on this
+    machine under a supervisor each. The only one so far; the field exists so a project names it."""
     grading: GradingSettings = GradingSettings()
     """Grading sandboxes."""
 
@@ -61,5 +65,6 @@ def load_settings(root: Path) -> ProjectSettings:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"])
         raise ConfigError(
-            f"{path}: {field}: {first['msg']}", hint="see the README's Project settings: grading.sandbox"
+            f"{path}: {field}: {first['msg']}",
+            hint=f"see the README's Project settings: {field if field == 'executor' else 'grading.sandbox'}",
         ) from None

@@ -8,7 +8,9 @@ ReadWriteOnce, and that the runtime declares an output at `/nodus/outputs`.
 What it does, as the seeds say: every file the trainer wrote under its outputs is committed to the Volume as
 its next revision (`.nodus/volumes/<project>/<name>/rev<N>/`, read-only, with a sha256 per file), and the
 TrainingJob's `status.export` (shown as the `Exported` condition) records that exact revision. A symbolic link
-in the outputs is refused, not followed. A Volume not Ready yet is waited for (`Pending`, tried again at the
+in the outputs (what the executor recorded as skipped: links, special files) is refused, not followed. The
+files come from the executor (`Executor.outputs` and `copy_outputs`, each verified against its recorded sha256),
+never from its job folder. A Volume not Ready yet is waited for (`Pending`, tried again at the
 next look); a failed copy (a link, `spec.size` exceeded) leaves the run Succeeded with its files still
 downloadable as outputs (`nodus cp`), and the condition says why.
 
@@ -18,13 +20,13 @@ looking at the same finished run (a `nodus get` beside a `nodus wait`) commit on
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from pathlib import Path
 
-from nodus.reconciler.controllers.volume import MANIFEST, import_tree, make_writable, size_bytes, volume_path
-from nodus.reconciler.executor.job import locked
+from nodus.errors import ConfigError
+from nodus.reconciler.controllers.volume import MANIFEST, commit_tree, make_writable, size_bytes, volume_path
+from nodus.reconciler.executor import Executor, OutputManifest, locked
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore
 
@@ -34,7 +36,7 @@ FAILED = "Failed"
 
 
 def exported_status(
-    record: ResourceRecord, status: JSONObject, outputs: Path, *, project: Project, store: StateStore
+    record: ResourceRecord, status: JSONObject, jobs: Executor, *, project: Project, store: StateStore
 ) -> JSONObject:
     """`status` with its `export` field: kept when this generation's export is done (or failed), else the
     export carried out now. Unchanged for a job without `spec.exportTo` or that has not Succeeded."""
@@ -52,12 +54,12 @@ def exported_status(
         done = (current.status if current else {}).get("export")
         if isinstance(done, dict) and done.get("generation") == generation and done.get("phase") != PENDING:
             return {**status, "export": done}
-        export = _export(record, outputs, volume_key, project=project, store=store)
+        export = _export(record, jobs, volume_key, project=project, store=store)
     return {**status, "export": {**export, "volume": volume_key.name, "generation": generation}}
 
 
 def _export(
-    record: ResourceRecord, outputs: Path, volume_key: ResourceKey, *, project: Project, store: StateStore
+    record: ResourceRecord, jobs: Executor, volume_key: ResourceKey, *, project: Project, store: StateStore
 ) -> JSONObject:
     volume = store.get(volume_key)
     if volume is None:
@@ -65,7 +67,10 @@ def _export(
     if volume.status.get("phase") != "Ready":
         message = f"Volume {volume_key.name} is {volume.status.get('phase', 'Pending')}; the export waits for it"
         return {"phase": PENDING, "reason": "VolumeNotReady", "message": message}
-    links = _links(outputs)
+    outputs = jobs.outputs(record.key.project, record.key.name)
+    if outputs is None:
+        return _failed("NoOutputs", "the run recorded no outputs; nothing was exported")
+    links = sorted(outputs.skipped)
     if links:
         shown = ", ".join(links[:3]) + (f" and {len(links) - 3} more" if len(links) > 3 else "")
         return _failed("SymlinkRejected", f"the outputs hold symbolic links ({shown}); nothing was exported")
@@ -74,7 +79,10 @@ def _export(
     if (folder / MANIFEST).is_file():  # a copy an interrupted export finished but did not record: not reused
         _remove(folder)
     started = time.monotonic()
-    manifest = import_tree(outputs, folder, allowed=outputs)
+    try:
+        manifest = commit_tree(folder, lambda partial: _copy_outputs(jobs, record, outputs, partial))
+    except ConfigError as exc:  # an output changed after it was recorded, or cannot be read
+        return _failed("CopyFailed", str(exc))
     limit = size_bytes((volume.spec.get("spec") or {}).get("size"))
     if limit is not None and int(manifest["sizeBytes"]) > limit:
         _remove(folder)
@@ -104,14 +112,12 @@ def _failed(reason: str, message: str) -> JSONObject:
     return {"phase": FAILED, "reason": reason, "message": message}
 
 
-def _links(folder: Path) -> list[str]:
-    found = []
-    for current, dirs, names in os.walk(folder):
-        for name in [*dirs, *names]:
-            path = Path(current) / name
-            if path.is_symlink():
-                found.append(path.relative_to(folder).as_posix())
-    return sorted(found)
+def _copy_outputs(jobs: Executor, record: ResourceRecord, outputs: OutputManifest, partial: Path) -> JSONObject:
+    """Every recorded output copied into the revision's folder, each checked against its sha256 by the executor."""
+    copies = [(relative, partial / relative) for relative in sorted(outputs.files)]
+    label = f"TrainingJob/{record.key.name}"
+    jobs.copy_outputs(record.key.project, record.key.name, copies, label=label, root=partial)
+    return outputs.to_json()
 
 
 def _remove(folder: Path) -> None:

@@ -19,7 +19,7 @@ from nodus.reconciler.controllers.trainingjob import (
     launch_key,
     price_in_force,
 )
-from nodus.reconciler.executor.job import JobSpec
+from nodus.reconciler.executor import JobSpec
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, Launch, ResourceKey, ResourceRecord, StateStore
 

@@ -31,8 +31,7 @@ from nodus.errors import ConfigError
 from nodus.reconciler.controllers import sandbox as sandboxes
 from nodus.reconciler.controllers.admission import Admission, admit, runtime_key
 from nodus.reconciler.controllers.export import exported_status
-from nodus.reconciler.executor.job import EnvironmentSpec, JobSpec
-from nodus.reconciler.executor.local import LocalExecutor
+from nodus.reconciler.executor import EnvironmentSpec, Executor, JobSpec, choose_executor, wait_for
 from nodus.reconciler.pricing.host_timing import measure, model_identity
 from nodus.reconciler.pricing.prices import LOCAL_PRICE_VARIABLE, LaunchPrice, launch_price, load_prices
 from nodus.reconciler.project import Project
@@ -47,8 +46,10 @@ HOST_PYTHONS = frozenset({"python", "python3"})
 DEFAULT_EVALUATION = {"baseline": True, "final": True, "minComparisonTasks": 16}
 
 
-def executor(project: Project) -> LocalExecutor:
-    return LocalExecutor(project.jobs, record_wire=os.environ.get("NODUS_RECORD_WIRE") == "1")
+def executor(project: Project) -> Executor:
+    """The executor the project names in nodus.yaml (`executor: local` by default)."""
+    record_wire = os.environ.get("NODUS_RECORD_WIRE") == "1"
+    return choose_executor(project.settings().executor, project.jobs, record_wire=record_wire)
 
 
 KEPT = ("source", "launchGeneration", "price", "export", "sandbox")
@@ -105,7 +106,7 @@ def reconcile_trainingjob(
             return job_status(jobs, record), None
         return {"phase": "Suspended", "reason": "SuspendRequested", "message": "spec.state is Suspended"}, None
     _, new = store.record_launch(Launch(launch_key(record), record.key, job=record.key.name))
-    if exists and jobs.files(record.key.project, record.key.name).read_spec().generation < spec.generation:
+    if exists and jobs.spec_of(record.key.project, record.key.name).generation < spec.generation:
         _stop_replaced(jobs, record)
     elif exists:
         _follow_cap(jobs, record, spec)
@@ -113,8 +114,7 @@ def reconcile_trainingjob(
     status = {**job_status(jobs, record), "launchGeneration": launch_generation(record), "price": price.to_status()}
     if sandbox is not None:
         status["sandbox"] = sandbox.to_status()
-    outputs = jobs.files(record.key.project, record.key.name).outputs
-    status = exported_status(record, status, outputs, project=project, store=store)
+    status = exported_status(record, status, jobs, project=project, store=store)
     return status, (launch_key(record) if new else None)
 
 
@@ -130,7 +130,7 @@ def sandbox_in_force(
     return kept or sandboxes.choose(project.settings().grading.sandbox, environment.status)
 
 
-def price_in_force(record: ResourceRecord, project: Project, jobs: LocalExecutor | None = None) -> LaunchPrice:
+def price_in_force(record: ResourceRecord, project: Project, jobs: Executor | None = None) -> LaunchPrice:
     """The price of the generation this pass runs: the one stored when it launched (in status, else in the job
     spec of a run launched before status recorded prices), else the price table's now."""
     kept = record.status.get("price")
@@ -138,7 +138,7 @@ def price_in_force(record: ResourceRecord, project: Project, jobs: LocalExecutor
     if launched and isinstance(kept, dict) and kept.get("perHourUSD") is not None:
         return LaunchPrice(Decimal(str(kept["perHourUSD"])), str(kept.get("version", "")), str(kept.get("source", "")))
     if jobs is not None and jobs.exists(record.key.project, record.key.name):
-        running = jobs.files(record.key.project, record.key.name).read_spec()
+        running = jobs.spec_of(record.key.project, record.key.name)
         if running.generation == launch_generation(record):
             return LaunchPrice(running.price_per_hour, "", "the job spec it was launched with")
     return launch_price(load_prices(project_root=project.root))
@@ -170,27 +170,27 @@ def _model(
     return None, None
 
 
-def _stop_replaced(jobs: LocalExecutor, record: ResourceRecord) -> None:
+def _stop_replaced(jobs: Executor, record: ResourceRecord) -> None:
     """A replaced TrainingJob: the old run is cancelled and waited for before the new generation starts."""
     project, name = record.key.project, record.key.name
-    if jobs.status(project, name).get("phase") not in ("Succeeded", "Failed", "Cancelled"):
+    if not jobs.observe(project, name).ended:
         jobs.cancel(project, name)
-        jobs.wait(project, name, phases=("Succeeded", "Failed", "Cancelled"), timeout_s=120)
+        wait_for(jobs, project, name, phases=("Succeeded", "Failed", "Cancelled"), timeout_s=120)
 
 
-def _follow_cap(jobs: LocalExecutor, record: ResourceRecord, spec: JobSpec) -> None:
+def _follow_cap(jobs: Executor, record: ResourceRecord, spec: JobSpec) -> None:
     """A raised cap (or `state: Running` again) resumes a Suspended job from its checkpoint; a job stopped at
     a cap that was not raised stays Suspended (any other change of the job leaves it so)."""
     project, name = record.key.project, record.key.name
-    status = jobs.status(project, name)
-    running_cap = jobs.files(project, name).read_spec().max_cost
+    status = jobs.observe(project, name)
+    running_cap = jobs.spec_of(project, name).max_cost
     wanted = spec.max_cost
     raised = running_cap is not None and wanted is not None and wanted > running_cap
-    if status.get("phase") != "Suspended":
-        if raised and status.get("phase") not in ("Succeeded", "Failed", "Cancelled"):
+    if status.phase != "Suspended":
+        if raised and not status.ended:
             jobs.resume(project, name, max_cost_usd=spec.max_cost_usd)  # a running job only takes the new cap
         return
-    if status.get("reason") == "MaxCostReached" and not raised:
+    if status.reason == "MaxCostReached" and not raised:
         return
     try:
         jobs.resume(project, name, max_cost_usd=spec.max_cost_usd)
@@ -320,36 +320,37 @@ def _package_paths(environment: ResourceRecord) -> list[str]:
     return [str((spec_file.parent / package["path"]).resolve())]
 
 
-def reported_events(jobs: LocalExecutor, record: ResourceRecord) -> list[JSONObject]:
+def reported_events(jobs: Executor, record: ResourceRecord) -> list[JSONObject]:
     """The executor's recent events of the job (stage reports among them), oldest first; none while the job
     folder still holds an earlier generation (a replacement not launched yet): those are not this record's."""
     if not jobs.exists(record.key.project, record.key.name):
         return []
-    if jobs.files(record.key.project, record.key.name).read_spec().generation != launch_generation(record):
+    if jobs.spec_of(record.key.project, record.key.name).generation != launch_generation(record):
         return []
-    events = jobs.status(record.key.project, record.key.name).get("events") or []
-    return [event for event in events if isinstance(event, dict)]
+    return [dict(event) for event in jobs.observe(record.key.project, record.key.name).events]
 
 
-def job_status(jobs: LocalExecutor, record: ResourceRecord) -> JSONObject:
+def job_status(jobs: Executor, record: ResourceRecord) -> JSONObject:
     """The executor's view of a job as TrainingJob status: phase, reason, stage, step, metrics, cost..."""
-    if not jobs.exists(record.key.project, record.key.name):
+    project, name = record.key.project, record.key.name
+    if not jobs.exists(project, name):
         return {"phase": "Pending"}
-    raw = jobs.status(record.key.project, record.key.name)
-    status: dict[str, Any] = {"phase": raw.get("phase", "Pending")}
-    for name in ("reason", "message", "stage", "step", "totalSteps", "metrics", "summary", "diagnostics", "attempt"):
-        if raw.get(name) not in (None, "", {}):
-            status[name] = raw[name]
-    if raw.get("costUSD") is not None:
-        status["cost"] = {"totalUSD": str(raw["costUSD"]), "limitUSD": record.spec["spec"].get("maxCostUSD")}
+    seen = jobs.observe(project, name)
+    raw = seen.raw
+    status: dict[str, Any] = {"phase": seen.phase}
+    for field in ("reason", "message", "stage", "step", "totalSteps", "metrics", "summary", "diagnostics", "attempt"):
+        if raw.get(field) not in (None, "", {}):
+            status[field] = raw[field]
+    if seen.cost_usd is not None:
+        status["cost"] = {"totalUSD": seen.cost_usd, "limitUSD": record.spec["spec"].get("maxCostUSD")}
     if record.key.kind == "TrainingJob" and status["phase"] == "Succeeded":
         timing = record.status.get("timing")
-        if not (isinstance(timing, dict) and timing.get("generation") == raw.get("generation")):
+        if not (isinstance(timing, dict) and timing.get("generation") == seen.generation):
             model = model_identity(record.spec["spec"].get("model"))
             # A run that cannot be measured (resumed: its stages span attempts) is recorded as such, so its
             # events are not read again at every look.
-            timing = measure(jobs.files(record.key.project, record.key.name), raw, model)
-            timing = timing or {"generation": raw.get("generation")}
+            timing = measure(jobs.events(project, name), jobs.spec_of(project, name).params, raw, model)
+            timing = timing or {"generation": seen.generation}
         status["timing"] = timing  # measured once: later estimates of this shape on this host use it
     return status
 

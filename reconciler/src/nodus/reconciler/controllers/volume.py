@@ -22,10 +22,11 @@ import json
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nodus.reconciler.executor.job import file_sha256
+from nodus.reconciler.executor import file_sha256
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceRecord
 
@@ -80,6 +81,32 @@ def import_tree(source: Path, target: Path, *, allowed: Path | None = None) -> J
     Symlinks are followed only to files under `allowed` (default: `source` itself; for a cache snapshot, the
     model's folder with its blobs). An existing complete import is reused as it is: later runs are cheap.
     """
+    root = (allowed or source).resolve()
+
+    def fill(partial: Path) -> dict[str, Any]:
+        files: dict[str, Any] = {}
+        for current, dirs, names in os.walk(source):
+            dirs.sort()
+            for name in sorted(names):
+                path = Path(current) / name
+                real = path.resolve()
+                # The cache's snapshot files are symlinks into its blobs; anything pointing elsewhere is refused.
+                if not real.is_relative_to(root) or not real.is_file():
+                    continue
+                relative = path.relative_to(source).as_posix()
+                destination = partial / relative
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(real, destination)
+                files[relative] = {"sha256": file_sha256(destination), "size": destination.stat().st_size}
+        return files
+
+    return commit_tree(target, fill)
+
+
+def commit_tree(target: Path, fill: Callable[[Path], dict[str, Any]]) -> JSONObject:
+    """Make `target` once (atomically) and read-only: `fill(partial)` writes the files into the folder beside it
+    and returns `path -> {"sha256", "size"}` of each; the manifest. An existing complete one is reused as it is.
+    Export (`controllers/export.py`) fills it with the executor's verified copies of a run's outputs."""
     manifest_path = target / MANIFEST
     if manifest_path.is_file():
         recorded: JSONObject = json.loads(manifest_path.read_text(encoding="utf-8"))
@@ -88,21 +115,7 @@ def import_tree(source: Path, target: Path, *, allowed: Path | None = None) -> J
     if partial.exists():
         make_writable(partial)
         shutil.rmtree(partial)
-    files: dict[str, Any] = {}
-    root = (allowed or source).resolve()
-    for current, dirs, names in os.walk(source):
-        dirs.sort()
-        for name in sorted(names):
-            path = Path(current) / name
-            real = path.resolve()
-            # The cache's snapshot files are symlinks into its blobs; anything pointing elsewhere is refused.
-            if not real.is_relative_to(root) or not real.is_file():
-                continue
-            relative = path.relative_to(source).as_posix()
-            destination = partial / relative
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(real, destination)
-            files[relative] = {"sha256": file_sha256(destination), "size": destination.stat().st_size}
+    files = fill(partial)
     partial.mkdir(parents=True, exist_ok=True)
     manifest = {"files": files, "sizeBytes": sum(item["size"] for item in files.values())}
     (partial / MANIFEST).write_text(json.dumps(manifest, sort_keys=True, indent=2) + "\n", encoding="utf-8")

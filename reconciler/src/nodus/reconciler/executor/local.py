@@ -1,14 +1,16 @@
 """The local executor: jobs as supervised processes on this machine, each in a folder under `jobs_root`.
 
-Who uses it: the controllers (through the executor interface) and the CLI (`nodus get/cancel/...` read and
-act on the same folders). Every call works from the job folder alone, so a new process (a later `nodus`
-run) sees exactly what an earlier one started:
+Who uses it: the controllers, refresh, the CLI and the SDK, through the Executor protocol
+(`executor/protocol.py`, which it implements); nothing outside this package reads a job folder. Every call
+works from the job folder alone, so a new process (a later `nodus` run) sees exactly what an earlier one
+started:
 
     executor = LocalExecutor(Path("~/.local/share/nodus/jobs").expanduser(), GradingSettings())
     executor.launch(spec)                      # idempotent per (generation, attempt)
     executor.status("proj", "tj-1")            # status.json as the supervisor wrote it
     executor.is_alive("proj", "tj-1")          # supervisor running and heartbeating
     executor.recover("proj", "tj-1")           # a lost supervisor: restart from the state folder, or fail
+    executor.observe / spec_of / logs / outputs / copy_outputs / events / gradings   # the protocol's reads
     executor.suspend / resume / cancel
 
 A job's supervisor (`supervisor.py`) does the work; the executor writes the spec and requests (`cancel`,
@@ -26,10 +28,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 from nodus.errors import ConfigError, PermanentError, TemporaryError
 
@@ -55,6 +57,7 @@ from .job import (
     log_tail,
     parse_usd,
     read_json,
+    read_jsonl,
     same_process_alive,
     signal_verified,
     start_ticks,
@@ -62,6 +65,8 @@ from .job import (
     wait_gone,
     write_json,
 )
+from .outputs import copy_verified, inside, manifest, recorded
+from .protocol import Capabilities, Gradings, LogReader, Observation, OutputManifest
 
 SUPERVISOR_MODULE: Final = "nodus.reconciler.executor.supervisor"
 HEARTBEATS_MISSED: Final = 3
@@ -75,6 +80,8 @@ STATUS_EVENTS: Final = 100
 KEEP_ON_SET_ASIDE: Final = frozenset({".executor.lock", "supervisor.lock", "generations", "spec.json"})
 """Left at the top when a generation is set aside: the locks (others may hold them open), the earlier generations,
 and the spec, which the next launch overwrites (until then it says which generation the folder holds)."""
+LOCAL_CAPABILITIES: Final = Capabilities(gangs=False, gpu_types=(), services=False)
+"""Processes on this machine: no gangs, no GPU placement, no services (yet)."""
 SET_ASIDE: Final = ("outputs", "outputs.json", "logs", "input", "status.json")
 """What a finished generation keeps in `generations/<N>/`: what a user may still want (its results, its logs,
 what it was given and how it ended). Its `state/` (checkpoints, only for resuming it) is removed."""
@@ -97,6 +104,10 @@ class LocalExecutor:
         self.python = python
         self.record_wire = record_wire
         self.max_attempts = max_attempts
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return LOCAL_CAPABILITIES
 
     def files(self, project: str, name: str) -> JobFiles:
         return JobFiles.of(self.jobs_root, project, name)
@@ -188,6 +199,68 @@ class LocalExecutor:
                 phase, wanted = status.get("phase"), "/".join(sorted(phases))
                 raise TemporaryError(f"job {project}/{name} is {phase} after {timeout_s:g}s, not {wanted}")
             time.sleep(0.05)
+
+    def observe(self, project: str, name: str, generation: int | None = None) -> Observation:
+        """The job's status.json (of `generation`, when it is an earlier one), typed: the protocol's view."""
+        if generation is None:
+            return Observation.of(self.status(project, name))
+        return Observation.of(self.generation_files(project, name, generation).read_status())
+
+    def spec_of(self, project: str, name: str) -> JobSpec:
+        """spec.json of the generation launched last (its cap raised by `resume`, if it was)."""
+        return self._existing(project, name).read_spec()
+
+    # --- read what a job left ---------------------------------------------------------------------
+
+    def logs(self, project: str, name: str, generation: int | None = None) -> LogReader:
+        """logs/trainer.log of a generation, read on from where the last read ended."""
+        return TrainerLog(self.generation_files(project, name, generation))
+
+    def outputs(self, project: str, name: str, generation: int | None = None) -> OutputManifest | None:
+        """outputs.json of a generation (written by the supervisor when the trainer succeeded), or None."""
+        return manifest(self.generation_files(project, name, generation))
+
+    def open_output(self, project: str, name: str, path: str, generation: int | None = None) -> BinaryIO:
+        files = self.generation_files(project, name, generation)
+        wanted = manifest(files)
+        if wanted is None or path not in wanted.files:
+            raise ConfigError(f"job {project}/{name} has no output {('outputs/' + path)!r}")
+        source = files.outputs / inside(path, files.outputs_manifest)
+        if source.is_symlink() or not source.is_file():
+            raise ConfigError(f"outputs/{path} of job {project}/{name} is missing")
+        return source.open("rb")
+
+    def copy_outputs(
+        self,
+        project: str,
+        name: str,
+        copies: Sequence[tuple[str, Path]],
+        *,
+        label: str,
+        root: Path | None = None,
+        generation: int | None = None,
+    ) -> list[Path]:
+        """Verified, all-or-nothing copies of recorded outputs (`nodus.reconciler.executor.outputs`)."""
+        files = self.generation_files(project, name, generation)
+        wanted = recorded(files)
+        if wanted is None:
+            raise ConfigError(f"{label} has no outputs yet", hint="outputs are collected when the run succeeds")
+        for relative, _ in copies:
+            if relative not in wanted:
+                raise ConfigError(f"{label} has no output {('outputs/' + relative)!r}", hint="nothing was copied")
+        return copy_verified(files, copies, wanted, label, root=root)
+
+    def earlier_generations(self, project: str, name: str) -> list[int]:
+        return self.files(project, name).earlier_generations()
+
+    def events(self, project: str, name: str, generation: int | None = None) -> Iterator[dict[str, Any]]:
+        """logs/events.jsonl of a generation (a torn last line skipped), read when iterated."""
+        return read_jsonl(self.generation_files(project, name, generation).events_log)
+
+    def gradings(self, project: str, name: str, generation: int | None = None) -> Gradings:
+        """logs/gradings.jsonl of a generation: every verdict the supervisor's grading service gave."""
+        log = self.generation_files(project, name, generation).gradings_log
+        return Gradings(tuple(read_jsonl(log)), str(log))
 
     # --- act ---------------------------------------------------------------------------------------
 
@@ -382,6 +455,27 @@ class LocalExecutor:
         except PermanentError:
             return True  # unreadable: keep its block rather than risk sharing it
         return bool(status) and status.get("phase") not in TERMINAL
+
+
+class TrainerLog:
+    """logs/trainer.log of one generation, read from where the last read ended (`nodus logs -f`)."""
+
+    def __init__(self, files: JobFiles) -> None:
+        self._files = files
+        self.offset = 0
+
+    def read(self) -> bytes:
+        try:
+            with self._files.trainer_log.open("rb") as handle:
+                handle.seek(self.offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return b""
+        self.offset += len(chunk)
+        return chunk
+
+    def ended(self) -> bool:
+        return self._files.read_status().get("phase") in TERMINAL
 
 
 def _over(status: dict[str, Any]) -> bool:

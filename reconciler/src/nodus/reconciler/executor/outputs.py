@@ -1,6 +1,7 @@
 """A job's outputs as recorded when it succeeded, and copies of them that are verified and all or nothing.
 
-Who calls it: `nodus cp` (`nodus.cli.jobs`) and the SDK's `run.outputs.download` (`nodus.recipes.runs`). The
+Who calls it: `LocalExecutor`'s `outputs` and `copy_outputs`, which `nodus cp` (`nodus.cli.jobs`), the SDK's
+`run.outputs.download` (`nodus.recipes.runs`) and `spec.exportTo` (`nodus.reconciler.controllers.export`) use. The
 supervisor writes `outputs.json` (`manifest_of`: a sha256 and size per regular file of outputs/) when the
 trainer succeeds; a copy is taken from the file beside its final place, checked against that sha256, and only
 when every file of the request checked are they renamed into place. A failure leaves nothing behind: no
@@ -23,6 +24,7 @@ from typing import Any
 from nodus.errors import ConfigError
 
 from .job import JobFiles, file_sha256
+from .protocol import OutputFile, OutputManifest
 
 Recorded = Mapping[str, Mapping[str, Any]]
 """`path -> {"sha256", "size"}` of every output, as outputs.json records them."""
@@ -30,16 +32,42 @@ Recorded = Mapping[str, Mapping[str, Any]]
 
 def recorded(files: JobFiles) -> dict[str, dict[str, Any]] | None:
     """Every output of the job folder's generation, or None when outputs.json is not there (not succeeded)."""
+    manifest = _read_manifest(files)
+    if manifest is None:
+        return None
+    entries = manifest.get("files")
+    if not isinstance(entries, dict):
+        raise ConfigError(f"{files.outputs_manifest} has no files object")
+    return {str(path): dict(entry) for path, entry in entries.items() if isinstance(entry, dict)}
+
+
+def manifest(files: JobFiles) -> OutputManifest | None:
+    """outputs.json of the job folder's generation as the Executor protocol hands it out; None when it is not
+    there (the generation has not succeeded). ConfigError naming the file when an entry is not a size and a
+    sha256."""
+    wanted = recorded(files)
+    if wanted is None:
+        return None
+    entries: dict[str, OutputFile] = {}
+    for path, entry in wanted.items():
+        size, sha256 = entry.get("size"), entry.get("sha256")
+        if isinstance(size, bool) or not isinstance(size, int) or not isinstance(sha256, str):
+            raise ConfigError(f"{files.outputs_manifest}: {path!r} has no size and sha256")
+        entries[path] = OutputFile(path, size, sha256)
+    skipped = (_read_manifest(files) or {}).get("skipped") or []
+    return OutputManifest(entries, tuple(str(path) for path in skipped if isinstance(path, str)))
+
+
+def _read_manifest(files: JobFiles) -> dict[str, Any] | None:
     try:
-        manifest = json.loads(files.outputs_manifest.read_text(encoding="utf-8"))
+        document = json.loads(files.outputs_manifest.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{files.outputs_manifest} is not JSON ({exc})") from None
-    entries = manifest.get("files") if isinstance(manifest, dict) else None
-    if not isinstance(entries, dict):
+    if not isinstance(document, dict):
         raise ConfigError(f"{files.outputs_manifest} has no files object")
-    return {str(path): dict(entry) for path, entry in entries.items() if isinstance(entry, dict)}
+    return document
 
 
 def inside(relative: str, manifest: Path) -> PurePosixPath:

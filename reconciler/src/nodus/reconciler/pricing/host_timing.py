@@ -1,9 +1,9 @@
 """Step times measured on this host: what a finished run took, read back from its own events.
 
 Who calls it: the TrainingJob controller (`nodus.reconciler.controllers.trainingjob.job_status`), once a run has
-Succeeded, stores `timing_of(...)` as the record's `status.timing`; `nodus.reconciler.pricing.facts` hands the
-timings of finished runs of a runtime to the estimator, which prefers them to the runtime's published `cpu`
-figures for a later CPU run of the same shape (`same_shape`).
+Succeeded, stores `measure(...)` (from the executor's `events` and `spec_of`) as the record's `status.timing`;
+`nodus.reconciler.pricing.facts` hands the timings of finished runs of a runtime to the estimator, which prefers
+them to the runtime's published `cpu` figures for a later CPU run of the same shape (`same_shape`).
 
 Why: a runtime's `measured.stepSeconds.cpu` was measured on one machine; CPUs differ by a third or more (the
 same quickstart-sized run took 27 s on one CI machine and 35 s on another), so a fixed CPU figure cannot
@@ -23,10 +23,7 @@ import json
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-from nodus.reconciler.executor.job import JobFiles, read_jsonl
 
 JSONObject = dict[str, Any]
 
@@ -106,26 +103,20 @@ def timing_of(events: Sequence[Mapping[str, Any]], status: Mapping[str, Any], sh
     return timing
 
 
-def measure(files: JobFiles, status: Mapping[str, Any], model: str) -> JSONObject | None:
-    """The timing of the finished run whose local executor folder is `files`: its events log, its merged
-    parameters (params.json) and `status` (its status.json)."""
-    try:
-        params = json.loads(files.params.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    parameters = params.get("parameters") if isinstance(params, dict) else None
+def measure(
+    events: Iterable[Mapping[str, Any]], params: Mapping[str, Any], status: Mapping[str, Any], model: str
+) -> JSONObject | None:
+    """The timing of a finished run from what its executor kept: its events log (`Executor.events`), its
+    parameters as the trainer got them (the job spec's params: `parameters` are the merged ones) and `status`
+    (the executor's record of it). An events log that cannot be read counts as empty."""
+    parameters = params.get("parameters")
     if not isinstance(parameters, dict):
         return None
-    events = read_events(files.events_log)
-    return timing_of(events, status, shape_of(model, parameters))
-
-
-def read_events(path: Path) -> list[JSONObject]:
-    """The events log of a job (`logs/events.jsonl`); a torn last line is skipped, an unreadable log is empty."""
     try:
-        return list(read_jsonl(path))
+        read = [dict(event) for event in events]
     except OSError:
-        return []
+        read = []
+    return timing_of(read, status, shape_of(model, parameters))
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,9 @@ def failures_cell(status: Mapping[str, Any]) -> str:
     return "0" if "comparison" in summary else "-"  # the platform's summary: something was graded
 
 
-def failed_grading_lines(records: Iterable[Mapping[str, Any]], log: Path, limit: int = EVIDENCE_SHOWN) -> list[str]:
+def failed_grading_lines(
+    records: Iterable[Mapping[str, Any]], log: Path | str, limit: int = EVIDENCE_SHOWN
+) -> list[str]:
     """For `nodus logs`: how many gradings failed, where their evidence is, and the first few messages."""
     failed = [record for record in records if record.get("verdict") in UNSCORED]
     if not failed:
