@@ -273,3 +273,14 @@ def test_ci_uv_gives_uv_the_torch_wheels_of_pips_find_links(tmp_path: Path, inde
 def test_ci_uv_passes_nothing_without_pip_configuration(tmp_path: Path) -> None:
     assert load_ci_uv().uv_environment({}, tmp_path / "generated") == {}
     assert not (tmp_path / "generated").exists()
+
+
+@pytest.mark.parametrize(("extra", "expected"), [((), "cpu"), (("EXTRA=cuda",), "cuda")])
+def test_make_setup_syncs_through_ci_uv_with_one_torch_extra(extra: tuple[str, ...], expected: str) -> None:
+    planned = subprocess.run(
+        ["make", "-n", "-B", "setup", *extra], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    syncs = [line for line in planned.stdout.splitlines() if " sync " in line]
+    assert syncs == [f"python3 .ci/uv sync --all-packages --compile-bytecode --quiet --extra {expected}"], (
+        planned.stdout
+    )
