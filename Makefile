@@ -2,7 +2,10 @@
 #   make quickstart   set up .venv and run the main job on the embedded default
 #   make test         set up .venv with the dev tools and run every check and test
 PY ?= python3
-UV = $(PY) -m uv
+# uv, given this machine's pip configuration where it has one (local wheels and indexes: see .ci/uv).
+UV = $(PY) .ci/uv
+# nodus-runtimes' torch build: cpu by default; `make setup EXTRA=cuda` on a GPU host (CUDA torch and vLLM).
+EXTRA ?= cpu
 VENV = .venv
 NODUS = $(VENV)/bin/nodus
 MEMBERS = specs builder reconciler images/env-base runtimes
@@ -10,12 +13,15 @@ PROJECTS = pyproject.toml $(foreach m,$(MEMBERS),$(m)/pyproject.toml)
 
 .PHONY: quickstart test setup bench schemas fmt
 
-$(VENV)/.synced: $(PROJECTS)
+SYNCED = $(VENV)/.synced-$(EXTRA)
+
+$(SYNCED): $(PROJECTS)
 	@$(PY) -m uv --version >/dev/null 2>&1 || $(PY) -m pip install --quiet --disable-pip-version-check uv
-	$(UV) sync --all-packages --compile-bytecode --quiet
+	$(UV) sync --all-packages --compile-bytecode --quiet --extra $(EXTRA)
+	@rm -f $(VENV)/.synced $(VENV)/.synced-*
 	@touch $@
 
-setup: $(VENV)/.synced
+setup: $(SYNCED)
 
 # The main job: the tiny model (built here, no hub), then `nodus apply` of examples/quickstart (an Environment and a
 # GRPO-LoRA TrainingJob), then the before-and-after comparison the platform computed. examples/quickstart/nodus.lock

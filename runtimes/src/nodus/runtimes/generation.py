@@ -2,8 +2,8 @@
 
 Who uses it: `evaluation.run_episodes` (baseline and final evaluation of `grpo_lora`, and the `evaluate`
 runtime), and `multiturn.rollout` during multi-turn training. A backend only turns chat messages into reply
-texts; grading stays with the platform. vLLM is an optional extra (`pip install nodus-runtimes[vllm]`) that
-needs a CUDA host; `make_generator("auto")` takes it where it imports and a GPU is present, else transformers.
+texts; grading stays with the platform. vLLM is in the optional extra `nodus-runtimes[cuda]` (`make setup EXTRA=cuda`),
+for CUDA hosts; `make_generator("auto")` takes it where it imports and a GPU is present, else transformers.
 """
 
 from __future__ import annotations
