@@ -10,7 +10,7 @@ it out of the stored-only set, and every message below stops on its own.
 
 from __future__ import annotations
 
-from nodus.reconciler.controllers.registry import REGISTRY
+from nodus.reconciler.controllers import registry
 from nodus.reconciler.controllers.stored_only import (
     NO_CONTROLLER,
     UNSUPPORTED_PHASE,
@@ -19,7 +19,7 @@ from nodus.reconciler.controllers.stored_only import (
     stored_only_status,
 )
 
-CONTROLLED_KINDS: frozenset[str] = REGISTRY.kinds()
+CONTROLLED_KINDS: frozenset[str] = registry.REGISTRY.kinds()
 """Kinds `nodus apply` acts on (builds, launches, imports, readies); every other kind is only stored."""
 
 __all__ = [
@@ -34,4 +34,4 @@ __all__ = [
 
 
 def has_controller(kind: str) -> bool:
-    return REGISTRY.has_controller(kind)
+    return registry.REGISTRY.has_controller(kind)

@@ -60,11 +60,11 @@ REGISTRY.register(TrainingJobController())
 REGISTRY.register(JobController())
 
 
-def reconcile(record: ResourceRecord, context: Context, registry: Registry = REGISTRY) -> Result:
+def reconcile(record: ResourceRecord, context: Context, registry: Registry | None = None) -> Result:
     """The controller of the record's kind, run once: a TemporaryError it raises is a Requeue after the error's
     delay, a PermanentError a Done whose status is Failed (both keep the error; the status says why, with the
     controller's failure reason). Any other error is raised as it is."""
-    controller = registry.for_kind(record.key.kind)
+    controller = (registry or REGISTRY).for_kind(record.key.kind)
     try:
         return controller.reconcile(record, context)
     except TemporaryError as error:

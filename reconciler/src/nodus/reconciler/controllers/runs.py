@@ -36,12 +36,13 @@ def observe_run(record: ResourceRecord, context: Context, *, export: bool) -> Do
         return None
     notes: list[str] = []
     if record.status.get("phase") in LIVE_PHASES and not jobs.is_alive(key.project, key.name):
+        # A run that ended since the last look has no supervisor either: recover leaves it as it is.
+        lost = jobs.status(key.project, key.name).get("phase") in LIVE_PHASES
         phase = jobs.recover(key.project, key.name)
-        attempt = jobs.status(key.project, key.name).get("attempt")
-        notes.append(
-            "its supervisor was lost: "
-            + (f"restarted it (attempt {attempt})" if phase in LIVE_PHASES else f"it is {phase} now")
-        )
+        if lost:
+            attempt = jobs.status(key.project, key.name).get("attempt")
+            done = f"restarted it (attempt {attempt})" if phase in LIVE_PHASES else f"it is {phase} now"
+            notes.append(f"its supervisor was lost: {done}")
     kept = {name: record.status[name] for name in KEPT if name in record.status}
     status = {**job_status(jobs, record), **kept}
     if export:
