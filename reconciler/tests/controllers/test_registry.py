@@ -146,7 +146,7 @@ def test_any_other_error_is_raised_as_it_is(
 ) -> None:
     with_controller(monkeypatch, Raising(ConfigError("spec.x: not a thing")))
     record = store.put(KEY, DOCUMENT)
-    with pytest.raises(ConfigError, match="spec.x"):
+    with pytest.raises(ConfigError, match=r"spec\.x"):
         reconcile(record, Context(project, store))
     operation = apply.Operation("create", KEY, DOCUMENT, None)
     report = apply.apply_operations([operation], project=project, store=store, options=ApplyOptions(keep_going=True))
