@@ -84,6 +84,9 @@ def test_failed_gradings_reach_status_describe_get_wide_and_logs(tmp_path: Path,
     }
     assert (failures["failed"], failures["gradings"]) == (16, 32)
 
+    # `describe` and `get` are pure reads: the status the job reported reaches the record at a refresh.
+    code, out, err = nodus("refresh", str(root))
+    assert code == 0 and out.splitlines() == [f"TrainingJob/{NAME}: - -> Succeeded (TrainerSucceeded)"], out + err
     code, out, err = nodus("describe", f"tj/{NAME}", "--path", str(root))
     assert code == 0, err
     message = (

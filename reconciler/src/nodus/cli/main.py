@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from nodus.cli import controller, env, jobs, plan_apply, pr_comment, resources, schema, validate, version
+from nodus.cli import controller, env, jobs, plan_apply, pr_comment, refresh, resources, schema, validate, version
 from nodus.cli.console import err_line
 from nodus.errors import NodusError
 
@@ -54,6 +54,7 @@ cli.add_command(resources.get)
 cli.add_command(resources.describe)
 cli.add_command(resources.wait)
 cli.add_command(resources.unlock)
+cli.add_command(refresh.refresh)
 cli.add_command(jobs.logs)
 cli.add_command(jobs.cp)
 cli.add_command(jobs.cancel)

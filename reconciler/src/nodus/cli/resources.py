@@ -1,8 +1,11 @@
 """`nodus get`, `nodus describe`, `nodus wait` and `nodus unlock`: reading observed state, and the lease.
 
 Who calls it: `nodus.cli.main` registers the commands. They open the project's state store
-(`nodus.reconciler.project`), refresh the status of running jobs from the local executor
-(`nodus.reconciler.refresh`), and print through `nodus.reconciler.views`.
+(`nodus.reconciler.project`) and print through `nodus.reconciler.views`. `get` and `describe` are pure reads:
+they start nothing, export nothing and write no status; they show how old each job's last heartbeat is (read
+through its kind's controller, `Controller.heartbeat_at`) and say when the status is older than it (`nodus
+refresh` moves it). `wait` is where the reconcile loop runs: it refreshes (`nodus.reconciler.refresh`) under
+the apply lease, and skips a refresh while an apply holds the lease.
 """
 
 from __future__ import annotations
@@ -14,11 +17,21 @@ from pathlib import Path
 
 import click
 
-from nodus.cli.console import line, print_json, rich_console
+from nodus.cli.console import err_line, line, print_json, rich_console
 from nodus.errors import ConfigError
+from nodus.reconciler.controllers.base import Heartbeat
 from nodus.reconciler.controllers.coverage import has_controller, stored_only_note
+from nodus.reconciler.controllers.registry import REGISTRY
 from nodus.reconciler.project import Project
-from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey, ResourceRecord, StateStore, missing_record
+from nodus.reconciler.refresh import refresh_under_lease
+from nodus.reconciler.state.records import (
+    DEFAULT_PROJECT,
+    LeaseHeld,
+    ResourceKey,
+    ResourceRecord,
+    StateStore,
+    missing_record,
+)
 from nodus.reconciler.views import columns, jsonpath
 from nodus.reconciler.views import results as results_view
 
@@ -49,10 +62,40 @@ def split_target(target: str, name: str | None = None) -> tuple[str, str | None]
 def _open(path: Path | None, state: str | None) -> tuple[Project, StateStore]:
     project = Project.find(path, state=state)
     store = project.open_state(create=False)  # a read: no .nodus/ where there is none
-    from nodus.reconciler.refresh import refresh
-
-    refresh(project, store)
     return project, store
+
+
+LIVE_PHASES = frozenset({"Running", "Pending"})
+SILENT_AFTER_S = 30.0
+"""A live job whose supervisor has not heartbeated for this long may be lost (supervisors beat every 5 s)."""
+
+
+def _heartbeats(project: Project, records: list[ResourceRecord]) -> dict[ResourceKey, Heartbeat]:
+    """Each record's job's last heartbeat, for the kinds whose controller runs jobs (read only)."""
+    found: dict[ResourceKey, Heartbeat] = {}
+    for record in records:
+        controller = REGISTRY.for_kind(record.key.kind)
+        if not controller.heartbeats or record.missing:
+            continue
+        beat = controller.heartbeat(record, project)
+        if beat is not None:
+            found[record.key] = beat
+    return found
+
+
+def _ago(at: float, now: float) -> str:
+    return f"{columns.age(max(0.0, now - at))} ago"
+
+
+def heartbeat_note(record: ResourceRecord, beat: Heartbeat, now: float) -> str | None:
+    """Why the status shown is behind the job, or None: a live job that stopped heartbeating (its supervisor
+    may be lost), or a job that moved on since its status was written (nothing refreshed it since)."""
+    if record.status.get("phase") in LIVE_PHASES and now - beat.at > SILENT_AFTER_S:
+        return "no heartbeat since: its supervisor may be lost; nodus refresh recovers it"
+    if beat.ahead_of(record.status):
+        written = f" from {_ago(record.updated_at, now)}" if record.updated_at else ""
+        return f"the status below is{written}, older than the heartbeat: run nodus refresh"
+    return None
 
 
 def _records(store: StateStore, kind: str, name: str | None, namespace: str | None) -> list[ResourceRecord]:
@@ -80,7 +123,7 @@ def _missing(store: StateStore, kind: str, namespace: str | None, stored: set[Re
     return sorted(found, key=lambda record: (record.key.project, record.key.name))
 
 
-def _print(kind: str, records: list[ResourceRecord], output: str) -> None:
+def _print(kind: str, records: list[ResourceRecord], output: str, heartbeats: dict[ResourceKey, Heartbeat]) -> None:
     if output.startswith("jsonpath="):
         template = output.removeprefix("jsonpath=")
         for record in records:
@@ -102,6 +145,12 @@ def _print(kind: str, records: list[ResourceRecord], output: str) -> None:
         line(f"No {kind} resources found.")
         return
     titles, values = columns.rows(kind, records, wide=output == "wide")
+    if output == "wide" and REGISTRY.for_kind(kind).heartbeats:
+        now = time.time()
+        titles.append("HEARTBEAT")
+        for record, row in zip(records, values, strict=True):
+            beat = heartbeats.get(record.key)
+            row.append("-" if beat is None else _ago(beat.at, now))
     if not sys.stdout.isatty():
         line(columns.plain(titles, values))  # a pipe gets whole rows, never cut to a terminal's width
         return
@@ -132,20 +181,29 @@ def get(
     try:
         records = _records(store, kind, name, namespace)
         shown = _render_key(records)
-        _print(kind, records, output)
-        while watch:
+        _show(project, kind, records, output)
+        while watch:  # what the loop writes (apply, wait, nodus controller, nodus refresh) as it lands
             time.sleep(2)
-            from nodus.reconciler.refresh import refresh
-
-            refresh(project, store)
             records = _records(store, kind, name, namespace)
             if _render_key(records) != shown:
                 shown = _render_key(records)
-                _print(kind, records, output)
+                _show(project, kind, records, output)
     except KeyboardInterrupt:
         pass
     finally:
         store.close()
+
+
+def _show(project: Project, kind: str, records: list[ResourceRecord], output: str) -> None:
+    """The records as asked, then, on stderr for a table, a line when a job's status is behind its heartbeat."""
+    heartbeats = _heartbeats(project, records)
+    _print(kind, records, output, heartbeats)
+    if output not in ("table", "wide"):
+        return
+    now = time.time()
+    behind = [r.key.name for r in records if r.key in heartbeats and heartbeat_note(r, heartbeats[r.key], now)]
+    if behind:
+        err_line(f"note: the status of {', '.join(behind)} is older than its job's heartbeat: run nodus refresh")
 
 
 def _render_key(records: list[ResourceRecord]) -> list[tuple[str, int, int]]:
@@ -163,7 +221,7 @@ def describe(target: str, name: str | None, namespace: str | None, state: str | 
     kind, name = split_target(target, name)
     if name is None:
         raise ConfigError("describe needs KIND/NAME", hint="nodus describe tj/my-run")
-    _, store = _open(path, state)
+    project, store = _open(path, state)
     try:
         record = store.get(ResourceKey(kind, namespace or DEFAULT_PROJECT, name))
         if record is None:
@@ -174,6 +232,11 @@ def describe(target: str, name: str | None, namespace: str | None, state: str | 
         line(f"Project:     {record.key.project}")
         line(f"Kind:        {kind}")
         line(f"Generation:  {record.generation}")
+        beat = _heartbeats(project, [record]).get(record.key)
+        if beat is not None:
+            now = time.time()
+            note = heartbeat_note(record, beat, now)
+            line(f"Heartbeat:   {_ago(beat.at, now)}" + (f" ({note})" if note else ""))
         if not has_controller(kind):
             # Its spec may say `state: Running`: that is what was asked for, and nothing runs it.
             line(f"Warning:     {stored_only_note(kind)}; the spec below is what was asked for")
@@ -238,8 +301,7 @@ def wait(
     project, store = _open(path, state)
     key = ResourceKey(kind, namespace or DEFAULT_PROJECT, name)
     try:
-        from nodus.reconciler.refresh import refresh
-
+        _refresh(project, store, f"nodus wait {target}")
         while True:
             record = store.get(key)
             if record is None:
@@ -255,9 +317,17 @@ def wait(
             if time.monotonic() >= deadline:
                 raise ConfigError(f"timed out waiting for {kind}/{name}: {match.group('path')} is {value or '<none>'}")
             time.sleep(1)
-            refresh(project, store)
+            _refresh(project, store, f"nodus wait {target}")
     finally:
         store.close()
+
+
+def _refresh(project: Project, store: StateStore, operation: str) -> None:
+    """Follow running jobs under the lease; while an apply holds it, this look is skipped (the next one goes)."""
+    try:
+        refresh_under_lease(project, store, operation)
+    except LeaseHeld:
+        return
 
 
 def cannot_become_true(record: ResourceRecord, store: StateStore, path: str) -> str | None:

@@ -26,18 +26,26 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from pathlib import Path
 
 from nodus.errors import NodusError, PlanError, SpecError
-from nodus.reconciler.controllers.coverage import has_controller, stored_only_note, stored_only_status
+from nodus.reconciler.controllers import registry
+from nodus.reconciler.controllers.base import ApplyOptions as ApplyOptions  # apply's options, as before
+from nodus.reconciler.controllers.base import Context, Done, Requeue, failure_status, silent
+from nodus.reconciler.controllers.base import Reporter as Reporter
 from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.planning.diff import Action, Plan, stale_reasons, wave_of
 from nodus.reconciler.project import Project, holder
-from nodus.reconciler.state.records import Conflict, JSONObject, Lease, LeaseHeld, ResourceKey, StateStore
+from nodus.reconciler.state.records import (
+    Conflict,
+    JSONObject,
+    Lease,
+    LeaseHeld,
+    ResourceKey,
+    ResourceRecord,
+    StateStore,
+)
 
 LEASE_TTL_S = 300.0
-Reporter = Callable[[str, str], None]
-"""`report(resource, what happened)`: progress lines of the CLI."""
 
 
 @dataclass(frozen=True)
@@ -54,32 +62,20 @@ class Operation:
 
 
 @dataclass
-class ApplyOptions:
-    build: bool = False
-    """Build Environments that are not in nodus.lock or the store (nodus-build) instead of waiting."""
-    network: str = "host"
-    """The build's freeze-step network (`nodus-build --network`)."""
-    keep_going: bool = False
-    """A resource whose controller raises (a launch the executor refused) is recorded Failed in `failed` and the
-    apply goes on with the others (`nodus apply`); without it the error ends the apply (the controller's pass)."""
-
-
-@dataclass
 class ApplyReport:
     written: list[tuple[str, ResourceKey]] = field(default_factory=list)
     launched: list[str] = field(default_factory=list)
     statuses: dict[ResourceKey, JSONObject] = field(default_factory=dict)
     failed: list[tuple[ResourceKey, str, str]] = field(default_factory=list)
     """(key, reason, message) of every resource this apply left Failed: a build, a launch, a controller's refusal."""
+    requeued: list[tuple[ResourceKey, float, str]] = field(default_factory=list)
+    """(key, seconds, reason) of every resource its controller wants looked at again: a launch the host refused
+    for now (also in `failed`), a job waiting on a dependency."""
 
 
 def wave(kind: str) -> int:
     """The planner's dependency waves (Secrets and Volumes first, agent runs last)."""
     return wave_of(kind)
-
-
-def _silent(resource: str, message: str) -> None:
-    return None
 
 
 @contextlib.contextmanager
@@ -194,7 +190,7 @@ def apply_operations(
 ) -> ApplyReport:
     """Carry out `operations` (the caller holds the lease): admission, then writes and controllers per wave."""
     options = options or ApplyOptions()
-    report = reporter or _silent
+    report = reporter or silent
     _admit_all(operations, store)
     result = ApplyReport()
     for number in sorted({wave(op.key.kind) for op in operations}):
@@ -202,12 +198,7 @@ def apply_operations(
         _write(batch, store, result, report)
         for op in batch:
             if op.action != "delete":
-                try:
-                    _reconcile(op, project=project, store=store, options=options, result=result, report=report)
-                except NodusError as exc:  # the executor could not launch it: the others still go ahead
-                    if not options.keep_going:
-                        raise
-                    _launch_failed(op, exc, store=store, result=result, report=report)
+                _reconcile(op, project=project, store=store, options=options, result=result, report=report)
     for op in sorted((o for o in operations if o.action == "delete"), key=lambda o: -wave(o.key.kind)):
         _delete(op, project=project, store=store, result=result, report=report)
     return result
@@ -332,113 +323,65 @@ def _write(batch: Sequence[Operation], store: StateStore, result: ApplyReport, r
 def _reconcile(
     op: Operation, *, project: Project, store: StateStore, options: ApplyOptions, result: ApplyReport, report: Reporter
 ) -> None:
+    """One resource through its kind's controller (`controllers.registry`): its status written, its launch and
+    notes reported, a failure of this pass added to `failed`. An error the controller raised is recorded as the
+    resource's status; without keep_going it then ends the apply."""
     record = store.get(op.key)
     if record is None:
         return
-    status: JSONObject | None = None
-    if not has_controller(op.key.kind):
-        # Stored, and said so: nothing runs it, so it must not look created-and-running.
-        status = stored_only_status(op.key.kind)
-        if op.action != "noop":
-            report(str(op.key), stored_only_note(op.key.kind))
-    elif op.key.kind == "Environment":
-        status = _reconcile_environment(record.spec, op.source, project=project, options=options, report=report)
-    elif op.key.kind == "TrainingJob":
-        from nodus.reconciler.controllers.trainingjob import reconcile_trainingjob
-
-        status, launched = reconcile_trainingjob(record, project=project, store=store)
-        if launched:
-            result.launched.append(launched)
-            report(str(op.key), f"launched {launched}")
-            sandbox = status.get("sandbox") or {}
-            if sandbox.get("mode") == "process":  # never a silent fall back: once, at the launch
-                report(str(op.key), f"warning: {sandbox.get('message')}")
-    elif op.key.kind == "Job":
-        from nodus.reconciler.controllers.job import reconcile_job
-
-        status, launched = reconcile_job(record, project=project, store=store)
-        if launched:
-            result.launched.append(launched)
-            report(str(op.key), f"launched {launched}")
-    elif op.key.kind == "Volume":
-        from nodus.reconciler.controllers.volume import reconcile_volume
-
-        spec_file = Path(op.source.rsplit(":", 1)[0]) if op.source else None
-        status = reconcile_volume(record, project=project, spec_file=spec_file)
-    elif op.key.kind == "TrainingRuntime":
-        status = {"phase": "Ready"}
-    if status is not None:
-        if op.source:
-            status = {**status, "source": op.source}
-        write_status(store, record, status)
-        result.statuses[op.key] = status
-        if op.key.kind == "Environment" and status.get("phase") != "Ready":
-            report(str(op.key), f"{status.get('phase')}: {status.get('message', status.get('reason', ''))}")
-        if _failed_now(op.key, record.status, status):
-            result.failed.append((op.key, str(status.get("reason") or ""), str(status.get("message") or "")))
+    context = Context(project, store, options, report, op.source, op.action)
+    try:
+        outcome = registry.reconcile(record, context)
+    except NodusError as exc:  # a build that could not start, a store that refused: the others still go ahead
+        if not options.keep_going:
+            raise
+        outcome = Done(failure_status(registry.REGISTRY.for_kind(op.key.kind), exc), error=exc)
+    status = {**outcome.status, "source": op.source} if op.source else dict(outcome.status)
+    if outcome.error is not None:
+        _record_failure(op, record, status, outcome.error, store=store, result=result, report=report)
+        if not options.keep_going:
+            raise outcome.error
+        if isinstance(outcome, Requeue):
+            result.requeued.append((op.key, outcome.after_s, outcome.reason))
+        return
+    if outcome.launched:
+        result.launched.append(outcome.launched)
+        report(str(op.key), f"launched {outcome.launched}")
+    write_status(store, record, status)
+    result.statuses[op.key] = status
+    for note in outcome.notes:
+        report(str(op.key), note)
+    if isinstance(outcome, Requeue):
+        result.requeued.append((op.key, outcome.after_s, outcome.reason))
+    if outcome.failed_now():
+        result.failed.append((op.key, str(status.get("reason") or ""), str(status.get("message") or "")))
 
 
-def _failed_now(key: ResourceKey, before: JSONObject, after: JSONObject) -> bool:
-    """Whether this pass failed the resource: a job whose run had already failed before this apply is history
-    (the apply did nothing to it); an Environment is failed by each build that fails."""
-    if after.get("phase") != "Failed":
-        return False
-    if key.kind not in ("TrainingJob", "Job"):
-        return True
-    return (before.get("phase"), before.get("reason")) != ("Failed", after.get("reason"))
-
-
-def _launch_failed(op: Operation, exc: NodusError, *, store: StateStore, result: ApplyReport, report: Reporter) -> None:
+def _record_failure(
+    op: Operation,
+    record: ResourceRecord,
+    status: JSONObject,
+    error: NodusError,
+    *,
+    store: StateStore,
+    result: ApplyReport,
+    report: Reporter,
+) -> None:
     """A controller that raised (a launch the executor refused, a build that could not start): the resource is
-    Failed with LaunchFailed (BuildFailed for an Environment), and the next apply tries again."""
-    record = store.get(op.key)
-    reason = "BuildFailed" if op.key.kind == "Environment" else "LaunchFailed"
-    status: JSONObject = {"phase": "Failed", "reason": reason, "message": exc.message}
-    if record is not None:
-        write_status(store, record, {**({"source": op.source} if op.source else {}), **status})
-    result.failed.append((op.key, reason, exc.message))
-    report(str(op.key), f"Failed: {reason}: {exc.message}")
-
-
-def _reconcile_environment(
-    document: JSONObject, source: str | None, *, project: Project, options: ApplyOptions, report: Reporter
-) -> JSONObject:
-    from nodus.reconciler.controllers.environment import reconcile_environment
-
-    spec_file = Path(source.rsplit(":", 2)[0]) if source else None
-
-    def build(path: Path) -> tuple[bool, str]:
-        from nodus.builder.build import BuildOptions, build_paths
-
-        report(f"Environment/{document['metadata']['name']}", "building (nodus-build)")
-        name = document["metadata"]["name"]
-        results = build_paths(
-            [path],
-            store=project.files,
-            lock_path=project.lock_path,
-            options=BuildOptions(network=options.network),
-            only=lambda parsed: parsed.resource.metadata.name == name,
-        )
-        failed = [r for r in results if r.status == "failed"]
-        return (not failed, failed[0].error if failed else "")
-
-    return reconcile_environment(
-        document,
-        spec_file=spec_file,
-        lock_path=project.lock_path,
-        images=project.files.images,
-        build=build if options.build else None,
-    )
+    Failed with its controller's failure reason (LaunchFailed, BuildFailed), and the next apply tries again. A
+    store that cannot take even that leaves the controller's error to be said, not the store's."""
+    reason = str(status.get("reason") or "")
+    with contextlib.suppress(NodusError):
+        write_status(store, record, status)
+    result.failed.append((op.key, reason, error.message))
+    report(str(op.key), f"Failed: {reason}: {error.message}")
 
 
 def _delete(op: Operation, *, project: Project, store: StateStore, result: ApplyReport, report: Reporter) -> None:
     record = store.mark_deleting(op.key)
     if record is None:
         return
-    if op.key.kind in ("TrainingJob", "Job"):
-        from nodus.reconciler.controllers.trainingjob import stop_jobs  # a Job's folder is found the same way
-
-        stop_jobs(record, project=project, store=store)
+    registry.REGISTRY.for_kind(op.key.kind).finalize(record, Context(project, store, action="delete"))
     store.delete(op.key)
     result.written.append(("delete", op.key))
     report(str(op.key), "deleted")

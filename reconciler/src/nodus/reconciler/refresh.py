@@ -1,37 +1,77 @@
-"""Refreshing observed state: copy what running jobs report into their TrainingJob records.
+"""Refreshing observed state: each kind's controller copies what its running work reports into the records.
 
-Who calls it: `nodus get`, `describe`, `wait`, `plan` and `apply --wait`, before they read status. A job
-whose supervisor is gone is noticed here (`LocalExecutor.recover`): it resumes from its state folder while
-attempts are left, else it fails with reason SupervisorLost. A TrainingJob that Succeeded with `spec.exportTo`
-has its outputs exported here (`nodus.reconciler.controllers.export`).
+Who calls it: where the reconcile loop runs, under the apply lease: `nodus refresh` (`nodus.cli.refresh`),
+`nodus wait`, `nodus apply --wait`, `nodus plan` and `nodus controller` (`nodus.reconciler.controller.sync`).
+Never `nodus get` or `describe`: those are pure reads.
+
+What happens is the controllers' (`Controller.observe`, through `nodus.reconciler.controllers.registry`): a
+job whose supervisor is gone is recovered (`LocalExecutor.recover`: resumed from its state folder while
+attempts are left, else Failed with reason SupervisorLost); a TrainingJob that Succeeded with `spec.exportTo`
+has its outputs exported (`nodus.reconciler.controllers.export`). Nothing new is launched here.
 """
 
 from __future__ import annotations
 
-from nodus.reconciler.controllers.export import exported_status
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nodus.reconciler.apply import holding_lease
+from nodus.reconciler.controllers.base import Context
+from nodus.reconciler.controllers.registry import REGISTRY, Registry
 from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.project import Project
-from nodus.reconciler.state.records import StateStore
+from nodus.reconciler.state.records import JSONObject, ResourceKey, StateStore
 
 
-def refresh(project: Project, store: StateStore) -> int:
-    """Update the status of every launched TrainingJob from the local executor; returns how many changed."""
-    if not project.jobs.is_dir():
-        return 0
-    from nodus.reconciler.controllers.trainingjob import KEPT, executor, job_status, keys_with_jobs, reported_events
+@dataclass(frozen=True)
+class Change:
+    """One record a refresh changed: its status before and after, and what the controller did to it."""
 
-    jobs = executor(project)
-    changed = 0
-    for key in keys_with_jobs(store):
-        record = store.get(key)
-        if record is None or not jobs.exists(key.project, key.name):
-            continue
-        if record.status.get("phase") in ("Running", "Pending") and not jobs.is_alive(key.project, key.name):
-            jobs.recover(key.project, key.name)
-        kept = {name: record.status[name] for name in KEPT if name in record.status}
-        status = {**job_status(jobs, record), **kept}
-        if key.kind == "TrainingJob":
-            status = exported_status(record, status, jobs, project=project, store=store)
-        if write_status(store, record, status, reported_events(jobs, record)):
-            changed += 1
-    return changed
+    key: ResourceKey
+    before: JSONObject
+    after: JSONObject
+    notes: Sequence[str] = ()
+
+    def lines(self) -> list[str]:
+        """`TrainingJob/x: Running -> Succeeded`, or `TrainingJob/x: Running (stage Training, step 3/8)`, then
+        one line per note (`TrainingJob/x: its supervisor was lost: restarted it (attempt 2)`)."""
+        before, after = self.before.get("phase") or "-", self.after.get("phase") or "-"
+        reason = f" ({self.after['reason']})" if self.after.get("reason") and after != "Running" else ""
+        if before != after:
+            head = f"{self.key}: {before} -> {after}{reason}"
+        else:
+            head = f"{self.key}: {after}{reason}" + (f" ({_progress(self.after)})" if _progress(self.after) else "")
+        return [head, *(f"{self.key}: {note}" for note in self.notes)]
+
+
+def _progress(status: JSONObject) -> str:
+    parts = []
+    if status.get("stage"):
+        parts.append(f"stage {status['stage']}")
+    if status.get("step") is not None:
+        total = f"/{status['totalSteps']}" if status.get("totalSteps") else ""
+        parts.append(f"step {status['step']}{total}")
+    return ", ".join(parts)
+
+
+def refresh(project: Project, store: StateStore, registry: Registry = REGISTRY) -> list[Change]:
+    """Let every controller observe its resources and write what changed (the caller holds the lease, or is a
+    test); the changes, in the registry's order of kinds."""
+    context = Context(project, store, action="refresh")
+    changes: list[Change] = []
+    for controller in registry:
+        for record in store.list(controller.kind):
+            seen = controller.observe(record, context)
+            if seen is None:
+                continue
+            written = write_status(store, record, seen.status, seen.events)
+            if written or seen.notes:
+                after = store.get(record.key)
+                changes.append(Change(record.key, record.status, after.status if after else seen.status, seen.notes))
+    return changes
+
+
+def refresh_under_lease(project: Project, store: StateStore, operation: str = "refresh") -> list[Change]:
+    """`refresh` holding the apply lease: no apply runs meanwhile; a live holder fails fast (LeaseHeld)."""
+    with holding_lease(store, operation):
+        return refresh(project, store)

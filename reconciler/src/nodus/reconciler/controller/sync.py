@@ -3,7 +3,7 @@
 Who calls it: `nodus.reconciler.controller.loop.run`, once per interval. The planner, admission and apply are
 the ones `nodus plan` and `nodus apply --yes` use (`planning.plan`, `apply.apply_operations` inside
 `apply.holding_lease`), so a controller and a person never apply at once and apply the same way; the refresh
-step of the CLI (`nodus.reconciler.refresh`) advances running jobs, and their supervisors enforce the caps.
+step (`nodus.reconciler.refresh`, under the lease) advances running jobs, and their supervisors enforce the caps.
 
 When a pass applies: the plan has changes, or the revision (repository, branch, path) is not the one the last
 pass applied in full. The second case re-applies a plan of no-ops, which still runs each kind's controller:
@@ -32,6 +32,7 @@ from nodus.reconciler.controller.sync_status import SyncSummary
 from nodus.reconciler.planning.desired import Desired
 from nodus.reconciler.planning.diff import Plan, created_by_sdk, plan
 from nodus.reconciler.project import Project
+from nodus.reconciler.refresh import refresh_under_lease
 from nodus.reconciler.state.records import LeaseHeld, StateStore, SyncRecord
 
 Notify = Callable[[str, str], None]
@@ -276,9 +277,9 @@ def _plan(desired: list[Desired], store: StateStore, prune: bool) -> Plan:
 
 
 def _refresh(project: Project, store: StateStore) -> None:
-    from nodus.reconciler.refresh import refresh
-
-    refresh(project, store)
+    """Follow running jobs (recovery, exports) under the lease; skipped while a person's apply holds it."""
+    with contextlib.suppress(LeaseHeld):
+        refresh_under_lease(project, store, "nodus controller: refresh")
 
 
 def counts(desired: list[Desired], store: StateStore) -> tuple[dict[str, int], dict[str, int]]:

@@ -1,0 +1,160 @@
+"""What every controller is: one signature, `reconcile(record, context) -> Done | Requeue`, and the context it gets.
+
+Who uses it: each per-kind controller module (`controllers/*_controller.py`, `controllers/stored_only.py`)
+implements `Controller`; `nodus.reconciler.controllers.registry` holds them by kind; `nodus.reconciler.apply`
+and `nodus.reconciler.refresh` call them through the registry and write the status they return.
+
+The shape follows controller-runtime's `Reconcile -> (Result{RequeueAfter}, error)`: a controller decides and
+returns what the resource's status is now (`Done`), or that it must be looked at again after a delay
+(`Requeue`). A `TemporaryError` raised below a controller becomes a `Requeue` with the error's delay, a
+`PermanentError` a `Done` whose status is Failed (`registry.reconcile` does both), so a controller never has
+to catch them itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from nodus.errors import NodusError
+from nodus.reconciler.project import Project
+from nodus.reconciler.state.records import JSONObject, ResourceRecord, StateStore
+
+Reporter = Callable[[str, str], None]
+"""`report(resource, what happened)`: progress lines of the CLI."""
+
+
+def silent(resource: str, message: str) -> None:
+    return None
+
+
+@dataclass
+class ApplyOptions:
+    build: bool = False
+    """Build Environments that are not in nodus.lock or the store (nodus-build) instead of waiting."""
+    network: str = "host"
+    """The build's freeze-step network (`nodus-build --network`)."""
+    keep_going: bool = False
+    """A resource whose controller raises (a launch the executor refused) is recorded Failed in `failed` and the
+    apply goes on with the others (`nodus apply`); without it the error ends the apply (the controller's pass)."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a controller may use besides the record: where it runs and how it reports."""
+
+    project: Project
+    store: StateStore
+    options: ApplyOptions = field(default_factory=ApplyOptions)
+    report: Reporter = silent
+    source: str | None = None
+    """`file:line` of the spec this operation came from (None for a refresh, or a resource with no file)."""
+    action: str = "noop"
+    """The plan's action for the resource (create, update, replace, noop); `refresh` for a refresh."""
+
+
+@dataclass(frozen=True)
+class Done:
+    """The resource's status after this pass; nothing more to do until something changes."""
+
+    status: JSONObject
+    launched: str | None = None
+    """The launch key when this pass launched the resource's job (apply reports and counts it)."""
+    notes: Sequence[str] = ()
+    """Lines apply reports after the resource (after `launched`): a fall back said out loud, a build not Ready."""
+    events: Sequence[JSONObject] = ()
+    """Events the executor reported since the last look (stage reports), written with the status."""
+    failed: bool | None = None
+    """Whether this pass failed the resource; None: it did when the status is Failed. A job whose run had
+    already failed before this pass says False: that failure is history, not this apply's."""
+    error: NodusError | None = None
+    """The PermanentError this status records, if any (an apply without keep_going still raises it)."""
+
+    def failed_now(self) -> bool:
+        return self.status.get("phase") == "Failed" if self.failed is None else self.failed
+
+
+@dataclass(frozen=True)
+class Requeue:
+    """The resource must be reconciled again after `after_s` seconds (a host busy, a launch refused for now)."""
+
+    status: JSONObject
+    after_s: float
+    reason: str
+    error: NodusError | None = None
+    """The TemporaryError this came from, if any (an apply without keep_going still raises it)."""
+
+    launched = None
+    notes: Sequence[str] = ()
+    events: Sequence[JSONObject] = ()
+
+    def failed_now(self) -> bool:
+        return self.status.get("phase") == "Failed"
+
+
+Result = Done | Requeue
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """A job's last sign of life as its executor has it, for the pure reads (`nodus get`, `describe`)."""
+
+    at: float
+    """Epoch seconds of the supervisor's last heartbeat."""
+    phase: str
+    step: object = None
+
+    def ahead_of(self, status: JSONObject) -> bool:
+        """Whether the job has moved on from the stored status (nothing refreshed it since)."""
+        return (self.phase, self.step) != (status.get("phase"), status.get("step"))
+
+
+class Controller(Protocol):
+    """One kind's controller. `reconcile` is the one decision; the other three are what apply's delete,
+    `refresh` and the pure reads (`nodus get`, `describe`) need, with the defaults of `ControllerBase`."""
+
+    kind: str
+    failure_reason: str
+    """The reason recorded when the controller raised: LaunchFailed (BuildFailed for an Environment)."""
+    heartbeats: bool
+    """Whether resources of this kind run a job whose supervisor heartbeats (`nodus get -o wide` HEARTBEAT)."""
+
+    def reconcile(self, record: ResourceRecord, context: Context) -> Result:
+        """Act so the resource matches its spec; its status now."""
+        ...
+
+    def observe(self, record: ResourceRecord, context: Context) -> Done | None:
+        """`nodus refresh` and the waits: copy what the resource's running work reports (recovering a lost
+        supervisor, exporting outputs); None when there is nothing to look at. Never launches anything new."""
+        ...
+
+    def finalize(self, record: ResourceRecord, context: Context) -> None:
+        """Before the resource is deleted: stop what it runs."""
+        ...
+
+    def heartbeat(self, record: ResourceRecord, project: Project) -> Heartbeat | None:
+        """The resource's job's last heartbeat and what it reported then, read without changing anything."""
+        ...
+
+
+class ControllerBase:
+    """Defaults for the hooks a kind does not need: nothing to observe, stop or heartbeat."""
+
+    kind = ""
+    failure_reason = "LaunchFailed"
+    heartbeats = False
+
+    def observe(self, record: ResourceRecord, context: Context) -> Done | None:
+        return None
+
+    def finalize(self, record: ResourceRecord, context: Context) -> None:
+        return None
+
+    def heartbeat(self, record: ResourceRecord, project: Project) -> Heartbeat | None:
+        return None
+
+
+def failure_status(controller: Controller, error: NodusError) -> JSONObject:
+    """The status of a resource whose controller raised: Failed with the controller's failure reason."""
+    return {"phase": "Failed", "reason": controller.failure_reason, "message": error.message}

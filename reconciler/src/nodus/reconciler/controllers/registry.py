@@ -1,0 +1,73 @@
+"""The controllers by kind: `REGISTRY.for_kind(kind)`, and `reconcile`, which runs one and turns the errors
+it raises into results.
+
+Who calls it: `nodus.reconciler.apply` (each resource of a wave), `nodus.reconciler.refresh` (`observe` of
+every kind), `nodus get`/`describe` (heartbeats, through `heartbeat_at`) and
+`nodus.reconciler.controllers.coverage` (which kinds run, for the plan renderers and health).
+
+Adding a controller for a kind is its module (a class with `reconcile(record, context)`, see
+`controllers/base.py`) and one `REGISTRY.register(...)` line below: the kind then leaves the stored-only set
+and every "stored only" message about it stops on its own. Any kind not registered goes through the one
+stored-only controller (`controllers/stored_only.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from nodus.errors import PermanentError, TemporaryError
+from nodus.reconciler.controllers.base import Context, Controller, Done, Requeue, Result, failure_status
+from nodus.reconciler.controllers.environment_controller import EnvironmentController
+from nodus.reconciler.controllers.job_controller import JobController
+from nodus.reconciler.controllers.runtime_controller import TrainingRuntimeController
+from nodus.reconciler.controllers.stored_only import StoredOnlyController
+from nodus.reconciler.controllers.trainingjob_controller import TrainingJobController
+from nodus.reconciler.controllers.volume_controller import VolumeController
+from nodus.reconciler.state.records import ResourceRecord
+
+
+class Registry:
+    """Controllers keyed by kind, in the order they were registered; the stored-only one for the rest."""
+
+    def __init__(self, stored_only: Controller) -> None:
+        self._by_kind: dict[str, Controller] = {}
+        self.stored_only = stored_only
+
+    def register(self, controller: Controller) -> None:
+        if controller.kind in self._by_kind:
+            raise ValueError(f"a controller for {controller.kind} is registered already")
+        self._by_kind[controller.kind] = controller
+
+    def for_kind(self, kind: str) -> Controller:
+        return self._by_kind.get(kind, self.stored_only)
+
+    def has_controller(self, kind: str) -> bool:
+        return kind in self._by_kind
+
+    def kinds(self) -> frozenset[str]:
+        """The kinds a controller runs (every other kind is stored only)."""
+        return frozenset(self._by_kind)
+
+    def __iter__(self) -> Iterator[Controller]:
+        return iter(self._by_kind.values())
+
+
+REGISTRY = Registry(StoredOnlyController())
+REGISTRY.register(VolumeController())
+REGISTRY.register(EnvironmentController())
+REGISTRY.register(TrainingRuntimeController())
+REGISTRY.register(TrainingJobController())
+REGISTRY.register(JobController())
+
+
+def reconcile(record: ResourceRecord, context: Context, registry: Registry | None = None) -> Result:
+    """The controller of the record's kind, run once: a TemporaryError it raises is a Requeue after the error's
+    delay, a PermanentError a Done whose status is Failed (both keep the error; the status says why, with the
+    controller's failure reason). Any other error is raised as it is."""
+    controller = (registry or REGISTRY).for_kind(record.key.kind)
+    try:
+        return controller.reconcile(record, context)
+    except TemporaryError as error:
+        return Requeue(failure_status(controller, error), error.delay, controller.failure_reason, error=error)
+    except PermanentError as error:
+        return Done(failure_status(controller, error), error=error)

@@ -1,0 +1,43 @@
+"""The TrainingJob controller behind the registry: `reconcile_trainingjob` in the one controller signature.
+
+Who calls it: `nodus.reconciler.controllers.registry` (registered for TrainingJob). The decisions (admit,
+compile, launch once, follow caps and replacements) stay in `controllers/trainingjob.py`; this adapter turns
+their `(status, launch key)` into a `Done`, says a graders' fall back to process mode once at the launch, and
+requeues a job that waits on a dependency (an Environment not Ready, a model not cached, a Volume not Ready).
+"""
+
+from __future__ import annotations
+
+from nodus.reconciler.controllers.base import Context, ControllerBase, Done, Heartbeat, Requeue, Result
+from nodus.reconciler.controllers.runs import failed_now, observe_run, run_heartbeat, stop_run
+from nodus.reconciler.controllers.trainingjob import reconcile_trainingjob
+from nodus.reconciler.project import Project
+from nodus.reconciler.state.records import ResourceRecord
+
+WAITING_REASONS = frozenset({"EnvironmentNotReady", "VolumeNotReady", "ModelNotCached"})
+"""Pending reasons that clear when a dependency becomes ready: the job is looked at again after a while."""
+REQUEUE_AFTER_S = 30.0
+
+
+class TrainingJobController(ControllerBase):
+    kind = "TrainingJob"
+    heartbeats = True
+
+    def reconcile(self, record: ResourceRecord, context: Context) -> Result:
+        status, launched = reconcile_trainingjob(record, project=context.project, store=context.store)
+        if status.get("phase") == "Pending" and status.get("reason") in WAITING_REASONS:
+            return Requeue(status, REQUEUE_AFTER_S, str(status["reason"]))
+        notes: list[str] = []
+        sandbox = status.get("sandbox") or {}
+        if launched and sandbox.get("mode") == "process":  # never a silent fall back: once, at the launch
+            notes.append(f"warning: {sandbox.get('message')}")
+        return Done(status, launched, notes, failed=failed_now(record.status, status))
+
+    def observe(self, record: ResourceRecord, context: Context) -> Done | None:
+        return observe_run(record, context, export=True)
+
+    def finalize(self, record: ResourceRecord, context: Context) -> None:
+        stop_run(record, context)
+
+    def heartbeat(self, record: ResourceRecord, project: Project) -> Heartbeat | None:
+        return run_heartbeat(record, project)
