@@ -239,7 +239,7 @@ def one_line(text: str) -> str:
 
 def _dry_run(paths: list[Path], output: str, prices_file: Path | None, state: str | None) -> None:
     """Print the compiled Job of every TrainingJob under `paths`, priced; nothing is written, no lease taken."""
-    from nodus.reconciler.pricing.dry_run import as_json_output, blocking_lines, dry_run, read_inputs
+    from nodus.reconciler.dry_run import as_json_output, blocking_lines, dry_run, read_inputs
     from nodus.reconciler.pricing.prices import load_prices
 
     project = Project.find(paths[0], state=state)

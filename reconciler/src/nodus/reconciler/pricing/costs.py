@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Literal
 
+from nodus.reconciler.pricing.facts import Context, estimate_job
 from nodus.reconciler.pricing.prices import PriceTable
 from nodus.reconciler.state.records import JSONObject, ResourceKey
 from nodus.specs.types import format_usd
 
 if TYPE_CHECKING:
     from nodus.reconciler.planning.diff import Plan
-    from nodus.reconciler.pricing.facts import Context
 
 Period = Literal["run", "month"]
 MINUTES_PER_MONTH = 30 * 24 * 60
@@ -132,8 +132,6 @@ class PlanCosts:
 
 def price_plan(plan: Plan, context: Context) -> PlanCosts:
     """The cost of every TrainingJob and InferenceEndpoint change of `plan` (no-ops left out)."""
-    from nodus.reconciler.pricing.facts import estimate_job
-
     documents = {action.key: action.desired for action in plan.actions if action.desired is not None}
     found: dict[ResourceKey, ActionCost] = {}
     for action in plan.changes:
