@@ -41,20 +41,7 @@ OPTIONAL_HEAVY = (
 """Third-party packages imported on use (a fast path, or an optional extra): the only function-level imports
 that are meant to stay. Listed for readers; the check below is about `nodus.*` only."""
 
-ALLOWED: frozenset[str] = frozenset(
-    {
-        # nodus-build: modules of its own, light at module level (dagger and sigstore are imported inside them).
-        "nodus.builder.build: nodus.builder.dagger_backend",
-        "nodus.builder.build: nodus.builder.provenance",
-        "nodus.builder.build: nodus.builder.registry",
-        # The trainers: modules of their own, light at module level (torch is imported inside them).
-        "nodus.runtimes.evaluate: nodus.runtimes.grpo_lora",
-        "nodus.runtimes.evaluate: nodus.runtimes.outputs",
-        "nodus.runtimes.grpo_lora: nodus.runtimes.evaluation",
-        "nodus.runtimes.grpo_lora: nodus.runtimes.multiturn",
-        "nodus.runtimes.grpo_lora: nodus.runtimes.outputs",
-    }
-)
+ALLOWED: frozenset[str] = frozenset()
 """`module: imported module` for each function-level nodus import still to remove (empty: none left)."""
 
 
