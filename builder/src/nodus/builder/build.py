@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from nodus.builder import base as base_image
-from nodus.builder import dagger_backend, provenance, registry
 from nodus.builder.layers import Entry, tree_entries
 from nodus.builder.lockfile import Lock, LockEntry
 from nodus.builder.oci import (
@@ -272,6 +271,8 @@ def _external_base(store: Store, reference: str) -> Image:
     if not digest.startswith("sha256:"):
         raise ConfigError(f"--base {reference!r} is not pinned", hint="name it as REGISTRY/REPO@sha256:<digest>")
     if tagged(store.images, base_image.BASE_TAG) != digest:
+        from nodus.builder import registry
+
         registry.pull(registry.RegistryRef.parse(name), digest, store.images, tag=base_image.BASE_TAG)
     return read_image(store.images, base_image.BASE_TAG)
 
@@ -535,6 +536,8 @@ def _freeze(
 
 def _runner(options: BuildOptions) -> Runner:
     if options.backend == "dagger":
+        from nodus.builder import dagger_backend
+
         return dagger_backend.run_script
     return run_script
 
@@ -628,6 +631,8 @@ def _record(lock: Lock, build: BuildSpec, result: BuildResult) -> None:
 
 
 def _attach_provenance(build: BuildSpec, result: BuildResult, store: Store) -> None:
+    from nodus.builder import provenance
+
     statement = provenance.statement(
         build,
         image_name=build.image.tag,
@@ -669,6 +674,8 @@ def verify_prebuilt(
         tag_manifest(store.images, tag, resolve(store.images, known[0]))
     else:
         report(name, "pull", f"{repository}@{digest}")
+        from nodus.builder import registry
+
         registry.pull(registry.RegistryRef.parse(_registry_repository(repository)), digest, store.images, tag=tag)
     image = read_image(store.images, tag)
     report(name, "verify", "nodus-env info and tasks in the sandbox, no network")

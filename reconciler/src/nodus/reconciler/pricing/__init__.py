@@ -8,7 +8,8 @@ TrainingJob controller (the price in force when a run launches, stored with it).
 - `model_size`: a model's parameter count, from an annotation, its files or its name;
 - `estimate`: the estimator itself, pure: documents and facts in, an `Estimate` out;
 - `facts`: what the estimator needs to know about this host and state store (model cached, jobs running);
-- `costs`: priced plans (`PlanCosts`), rendered by `nodus.reconciler.planning.render`.
+- `costs`: priced plans (`PlanCosts`), rendered by `nodus.reconciler.planning.render`;
+- `plan_prices`: `price_plan`, which prices a plan's changes with the estimator.
 
 `nodus apply --dry-run` (`nodus.reconciler.dry_run`) sits above this package: it asks admission, apply's
 refusals and the TrainingJob controller's `compile_job`, which pricing must not import. Pricing is pure (an
