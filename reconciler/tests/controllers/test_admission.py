@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from nodus.reconciler.controllers.admission import admit, merge
+from nodus.reconciler.controllers.admission import admit
+from nodus.reconciler.references import merge
 from nodus.reconciler.state.records import ResourceKey
 
 SCHEMA = {

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from nodus.builder.store import Store
-from nodus.reconciler.controllers.volume import MANIFEST, ensure_model, reconcile_volume
+from nodus.reconciler.controllers.volume import ensure_model, reconcile_volume
+from nodus.reconciler.model_cache import MANIFEST
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import ResourceKey, ResourceRecord, spec_hash
 

@@ -65,8 +65,8 @@ def _make_plan(desired: list[Desired], store: StateStore, *, prune: bool, refres
 
 def price(made: Plan, project: Project, store: StateStore, prices_file: Path | None) -> PlanCosts:
     """The plan's costs, with the price table in force and what the store and this host know."""
-    from nodus.reconciler.pricing.costs import price_plan
     from nodus.reconciler.pricing.facts import Context
+    from nodus.reconciler.pricing.plan_prices import price_plan
     from nodus.reconciler.pricing.prices import load_prices
 
     table = load_prices(project_root=project.root, prices_file=prices_file)
@@ -239,7 +239,7 @@ def one_line(text: str) -> str:
 
 def _dry_run(paths: list[Path], output: str, prices_file: Path | None, state: str | None) -> None:
     """Print the compiled Job of every TrainingJob under `paths`, priced; nothing is written, no lease taken."""
-    from nodus.reconciler.pricing.dry_run import as_json_output, blocking_lines, dry_run, read_inputs
+    from nodus.reconciler.dry_run import as_json_output, blocking_lines, dry_run, read_inputs
     from nodus.reconciler.pricing.prices import load_prices
 
     project = Project.find(paths[0], state=state)

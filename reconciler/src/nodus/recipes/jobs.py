@@ -31,10 +31,10 @@ from nodus.recipes.apply import (
 )
 from nodus.recipes.environment import PackagedEnvironment
 from nodus.recipes.runs import Run, camel
-from nodus.reconciler.controllers.admission import environment_ref
 from nodus.reconciler.planning.desired import Desired
 from nodus.reconciler.planning.diff import CREATED_BY, SDK, Plan
 from nodus.reconciler.planning.render import render_table
+from nodus.reconciler.references import environment_ref
 from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey, spec_hash
 from nodus.specs.types import format_usd
 

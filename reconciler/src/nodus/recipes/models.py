@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nodus.errors import ConfigError
-from nodus.reconciler.controllers.volume import hub_cache
+from nodus.reconciler.model_cache import hub_cache
 
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
 """The seeds' base model when `model=` is left out."""

@@ -19,6 +19,7 @@ from nodus.recipes.apply import Options
 from nodus.reconciler.controllers.trainingjob import executor
 from nodus.reconciler.executor import Executor
 from nodus.reconciler.project import Project
+from nodus.reconciler.refresh import refresh
 from nodus.reconciler.state.records import ResourceKey
 from nodus.reconciler.views.warnings import unseen
 
@@ -186,8 +187,6 @@ class Run:
 
 
 def _status(project: Project, key: ResourceKey) -> Record:
-    from nodus.reconciler.refresh import refresh
-
     store = project.open_state()
     try:
         refresh(project, store)

@@ -29,12 +29,15 @@ from decimal import Decimal
 
 from nodus.errors import NodusError, PlanError, SpecError
 from nodus.reconciler.controllers import registry
+from nodus.reconciler.controllers.admission import admit, admit_agent_group
 from nodus.reconciler.controllers.base import ApplyOptions as ApplyOptions  # apply's options, as before
 from nodus.reconciler.controllers.base import Context, Done, Requeue, failure_status, silent
 from nodus.reconciler.controllers.base import Reporter as Reporter
 from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.planning.diff import Action, Plan, stale_reasons, wave_of
+from nodus.reconciler.planning.managed import read_catalog
 from nodus.reconciler.project import Project, holder
+from nodus.reconciler.references import runtime_key
 from nodus.reconciler.state.records import (
     Conflict,
     JSONObject,
@@ -233,8 +236,6 @@ def refusals(operations: Sequence[Operation], store: StateStore) -> list[Refusal
     plan counts): what would be refused.
 
     Who calls it: apply, before writing anything, and `nodus plan`, so a typo fails the plan too."""
-    from nodus.reconciler.controllers.admission import admit, admit_agent_group, runtime_key
-
     pending = {op.key: op.document for op in operations if op.document is not None}
     stored = [*store.list("Environment"), *store.list("Volume")]
     known = {
@@ -262,8 +263,6 @@ def refusals(operations: Sequence[Operation], store: StateStore) -> list[Refusal
 
 def _known_runtimes(pending: Mapping[ResourceKey, JSONObject | None], store: StateStore) -> set[ResourceKey]:
     """Every runtime a job could name: the plan's, the store's and the managed catalog's (for "did you mean")."""
-    from nodus.reconciler.planning.managed import read_catalog
-
     catalog, _ = read_catalog()
     stored = {record.key for record in store.list("TrainingRuntime")}
     return {key for key in pending if key.kind == "TrainingRuntime"} | stored | set(catalog)

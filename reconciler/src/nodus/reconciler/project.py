@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nodus.builder.store import LOCK_NAME, Store, find_project
+from nodus.reconciler.state import STATE_FILE, open_store
 from nodus.reconciler.state.records import StateStore
+from nodus.reconciler.state.sqlite import EmptyStore
 from nodus.specs.settings import ProjectSettings, load_settings
 
 
@@ -47,8 +49,6 @@ class Project:
     def has_state(self) -> bool:
         """Whether there is a state store to read: `--state` (or NODUS_STATE) names one, or the state folder holds
         the SQLite file."""
-        from nodus.reconciler.state import STATE_FILE
-
         return self.state_url is not None or (self.files.root / STATE_FILE).is_file()
 
     def open_state(self, *, create: bool = True) -> StateStore:
@@ -56,11 +56,7 @@ class Project:
 
         `create=False` is for reads (`get`, `describe`, `wait`, `plan`): where the project has no state yet they
         get an empty store in memory, and nothing is created on disk."""
-        from nodus.reconciler.state import open_store
-
         if not create and not self.has_state():
-            from nodus.reconciler.state.sqlite import EmptyStore
-
             empty = EmptyStore()
             empty.migrate()
             return empty

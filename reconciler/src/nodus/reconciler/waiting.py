@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nodus.reconciler.controllers.coverage import UNSUPPORTED_PHASE
+from nodus.reconciler.references import environment_ref
 from nodus.reconciler.state.records import ResourceKey, ResourceRecord, StateStore
 
 SUCCESS = frozenset({"Succeeded", "Ready"})
@@ -113,8 +114,6 @@ def _dependency(store: StateStore, key: ResourceKey | None) -> str | None:
 
 
 def _environment_key(record: ResourceRecord) -> ResourceKey | None:
-    from nodus.reconciler.controllers.admission import environment_ref
-
     reference = environment_ref(record.spec)
     return None if reference is None else reference[0]
 

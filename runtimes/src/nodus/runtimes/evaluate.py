@@ -18,12 +18,11 @@ from pathlib import Path
 from nodus.runtimes.contract import RunContext
 from nodus.runtimes.evaluation import run_episodes
 from nodus.runtimes.generation import Sampling, make_generator
+from nodus.runtimes.grpo_lora import load_model, token_counter
+from nodus.runtimes.outputs import export
 
 
 def main() -> int:
-    from nodus.runtimes.grpo_lora import load_model, token_counter
-    from nodus.runtimes.outputs import export
-
     started = time.monotonic()
     context = RunContext.from_environment()
     parameters = context.parameters

@@ -29,8 +29,10 @@ from typing import Any
 
 from nodus.runtimes.attempt import reward_of
 from nodus.runtimes.contract import RunContext
+from nodus.runtimes.evaluation import run_episodes
 from nodus.runtimes.generation import Sampling, TransformersGenerator, as_messages, make_generator
-from nodus.runtimes.outputs import write_json
+from nodus.runtimes.multiturn import make_rollout, prompt_key
+from nodus.runtimes.outputs import export, write_json
 
 
 @dataclass(frozen=True)
@@ -256,8 +258,6 @@ def train(context: RunContext, p: Parameters, model: Any, tokenizer: Any, tasks:
     )
     rollout = None
     if p.max_turns > 1:
-        from nodus.runtimes.multiturn import make_rollout, prompt_key
-
         rollout = make_rollout(context, p, {prompt_key(row["prompt"]): str(row["task_id"]) for row in rows})
     trainer = GRPOTrainer(
         model=model,
@@ -280,8 +280,6 @@ def train(context: RunContext, p: Parameters, model: Any, tokenizer: Any, tasks:
 
 
 def evaluate(context: RunContext, p: Parameters, generator: Any, tasks: list[dict[str, Any]], phase: str) -> Any:
-    from nodus.runtimes.evaluation import run_episodes
-
     sampling = Sampling(max_tokens=int(p.eval_max_tokens or p.max_tokens), greedy=True)
     return run_episodes(
         generator,
@@ -302,8 +300,6 @@ def token_counter(generator: Any) -> Any:
 
 
 def main() -> int:
-    from nodus.runtimes.outputs import export
-
     started = time.monotonic()
     context = RunContext.from_environment()
     p = Parameters.from_json(context.parameters)

@@ -31,6 +31,7 @@ from nodus.reconciler.controller.source import GitSource, Revision
 from nodus.reconciler.controller.sync_status import SyncSummary
 from nodus.reconciler.planning.desired import Desired
 from nodus.reconciler.planning.diff import Plan, created_by_sdk, plan
+from nodus.reconciler.planning.managed import read_desired as read_managed
 from nodus.reconciler.project import Project
 from nodus.reconciler.refresh import refresh_under_lease
 from nodus.reconciler.state.records import LeaseHeld, StateStore, SyncRecord
@@ -267,9 +268,7 @@ def checkout_project(folder: Path, specs: Path, home: Project) -> Project:
 def read_desired(root: Path, *, shown: str | None = None) -> list[Desired]:
     """The resources under `root` as `nodus plan` reads them (managed runtimes joined); SpecError whole.
     `shown`: how messages name `root`."""
-    from nodus.reconciler.planning.managed import read_desired as read
-
-    return read([root], shown=shown, hint="check --path")
+    return read_managed([root], shown=shown, hint="check --path")
 
 
 def _plan(desired: list[Desired], store: StateStore, prune: bool) -> Plan:

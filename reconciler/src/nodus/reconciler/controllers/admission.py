@@ -20,7 +20,6 @@ print one located line per problem.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import difflib
 import re
@@ -28,6 +27,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nodus.reconciler.references import environment_ref, merge, runtime_key, split_ref
 from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey
 
 JSONObject = dict[str, Any]
@@ -47,40 +47,6 @@ class Admission:
     runtime: ResourceKey | None = None
     environment: ResourceKey | None = None
     model: JSONObject | None = None
-
-
-def split_ref(ref: str, default_project: str) -> tuple[str, str]:
-    """`[project/]name` -> (project, name)."""
-    project, _, name = ref.rpartition("/")
-    return (project or default_project), name
-
-
-def runtime_key(job: JSONObject) -> ResourceKey:
-    project = job.get("metadata", {}).get("project") or DEFAULT_PROJECT
-    runtime_project, name = split_ref(str(job["spec"]["runtime"]), project)
-    return ResourceKey("TrainingRuntime", runtime_project, name)
-
-
-def environment_ref(job: JSONObject) -> tuple[ResourceKey, str] | None:
-    """The (key, version) of the Environment a job trains or evaluates on, or None."""
-    environment = job.get("spec", {}).get("environment")
-    if not environment:
-        return None
-    project = job.get("metadata", {}).get("project") or DEFAULT_PROJECT
-    reference, _, version = str(environment["name"]).partition("@")
-    env_project, name = split_ref(reference, project)
-    return ResourceKey("Environment", env_project, name), version
-
-
-def merge(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> JSONObject:
-    """Deep merge: mappings merge key by key, anything else in `overrides` wins (lists are replaced)."""
-    merged: JSONObject = copy.deepcopy(dict(defaults))
-    for name, value in overrides.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(name), Mapping):
-            merged[name] = merge(merged[name], value)
-        else:
-            merged[name] = copy.deepcopy(value)
-    return merged
 
 
 OUTPUTS_PATH = "/nodus/outputs"

@@ -29,12 +29,16 @@ from typing import Any
 
 from nodus.errors import ConfigError
 from nodus.reconciler.controllers import sandbox as sandboxes
-from nodus.reconciler.controllers.admission import Admission, admit, runtime_key
+from nodus.reconciler.controllers.admission import Admission, admit
 from nodus.reconciler.controllers.export import exported_status
+from nodus.reconciler.controllers.status import write_status
+from nodus.reconciler.controllers.volume import ensure_model
 from nodus.reconciler.executor import EnvironmentSpec, Executor, JobSpec, choose_executor, wait_for
+from nodus.reconciler.model_cache import imported
 from nodus.reconciler.pricing.host_timing import measure, model_identity
 from nodus.reconciler.pricing.prices import LOCAL_PRICE_VARIABLE, LaunchPrice, launch_price, load_prices
 from nodus.reconciler.project import Project
+from nodus.reconciler.references import runtime_key
 from nodus.reconciler.state.records import JSONObject, Launch, ResourceKey, ResourceRecord, StateStore, spec_hash
 
 PRICE_VARIABLE = LOCAL_PRICE_VARIABLE
@@ -151,9 +155,6 @@ def _model(
     the status to wait with (ModelNotCached, VolumeNotReady)."""
     model = verdict.model or {}
     if model.get("uri"):
-        from nodus.reconciler.controllers.status import write_status
-        from nodus.reconciler.controllers.volume import ensure_model, imported
-
         if not imported(project, str(model["uri"])):
             # Importing can take minutes for a large model: say so while it runs (`nodus get` shows it).
             write_status(store, record, {**record.status, "phase": "Pending", "stage": "CachingModel"})

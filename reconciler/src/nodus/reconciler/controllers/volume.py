@@ -14,6 +14,9 @@ followed, never out of it), checked, made read-only and recorded with a sha256 p
 
 Status of a Volume: `phase` Ready (with `revision`, `files`, `sizeBytes`, `path`) or Pending/Failed with the
 reason `ModelNotCached`, `SourceMissing` or `SizeExceeded`.
+
+Where a model already is (imported, or in the cache) is `nodus.reconciler.model_cache`: the estimator and
+`nodus apply --dry-run` ask it too, without importing a controller.
 """
 
 from __future__ import annotations
@@ -27,52 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from nodus.reconciler.executor import file_sha256
+from nodus.reconciler.model_cache import MANIFEST, imported, model_folder, not_cached, snapshot
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceRecord
-
-MANIFEST = ".nodus-manifest.json"
-
-
-def hub_cache() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]) / "hub"
-    return Path("~/.cache/huggingface/hub").expanduser()
-
-
-def split_uri(uri: str) -> tuple[str, str]:
-    """`hf://org/name@commit` -> (`org/name`, `commit`)."""
-    repo, _, revision = uri.removeprefix("hf://").partition("@")
-    return repo, revision
-
-
-def snapshot(uri: str) -> Path | None:
-    """The cached snapshot folder of a pinned revision, or None when it is not in the local cache."""
-    repo, revision = split_uri(uri)
-    folder = hub_cache() / f"models--{repo.replace('/', '--')}" / "snapshots" / revision
-    return folder if folder.is_dir() else None
-
-
-BUILT_HERE: dict[str, str] = {
-    "nodus/tiny-qwen3": (
-        "it is built on this machine, not downloaded: build it with `python -m nodus.runtimes.tiny_model` "
-        "(with `--warmup MODULE` for a warmed-up revision, as `make quickstart` builds the quickstart's; "
-        "`--print-revision` prints the revision a recipe builds)"
-    ),
-}
-"""Models no hub has, by repository: how to make them (`nodus.runtimes.tiny_model.REPO` is the tiny model's)."""
-
-
-def not_cached(uri: str) -> JSONObject:
-    repo, revision = split_uri(uri)
-    how = BUILT_HERE.get(repo) or f"fetch it once with `huggingface-cli download {repo} --revision {revision}`"
-    return {
-        "phase": "Pending",
-        "reason": "ModelNotCached",
-        "message": f"{uri} is not in the local Hugging Face cache ({hub_cache()}): nodus never downloads weights "
-        f"at run time; {how}",
-    }
+from nodus.specs.types import parse_quantity
 
 
 def import_tree(source: Path, target: Path, *, allowed: Path | None = None) -> JSONObject:
@@ -123,15 +84,6 @@ def commit_tree(target: Path, fill: Callable[[Path], dict[str, Any]]) -> JSONObj
     target.parent.mkdir(parents=True, exist_ok=True)
     partial.rename(target)
     return manifest
-
-
-def model_folder(project: Project, uri: str) -> Path:
-    repo, revision = split_uri(uri)
-    return project.files.root / "models" / f"{repo.replace('/', '--')}@{revision}"
-
-
-def imported(project: Project, uri: str) -> bool:
-    return (model_folder(project, uri) / MANIFEST).is_file()
 
 
 def ensure_model(project: Project, uri: str) -> tuple[Path | None, JSONObject]:
@@ -190,8 +142,6 @@ def size_bytes(value: Any) -> int | None:
     """A Volume's `spec.size` in bytes (None: unbounded)."""
     if value is None:
         return None
-    from nodus.specs.types import parse_quantity
-
     return parse_quantity(value)
 
 

@@ -35,6 +35,9 @@ from nodus.reconciler.planning.desired import Desired, desired_from
 from nodus.reconciler.planning.diff import Plan, plan, stale_reasons
 from nodus.reconciler.planning.render import render_json, render_markdown, render_table
 from nodus.reconciler.pricing.costs import PlanCosts
+from nodus.reconciler.pricing.facts import Context
+from nodus.reconciler.pricing.plan_prices import price_plan
+from nodus.reconciler.pricing.prices import check_layer, table_from_layers
 from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey, ResourceRecord, spec_hash
 from nodus.specs.parse import ParseResult, parse_text
 
@@ -92,10 +95,6 @@ class Scenario:
         if not path.exists():
             return None
         import yaml
-
-        from nodus.reconciler.pricing.costs import price_plan
-        from nodus.reconciler.pricing.facts import Context
-        from nodus.reconciler.pricing.prices import check_layer, table_from_layers
 
         options = self.options()
         # Named relative to the scenario, so the renderings do not depend on where the checkout is.

@@ -24,10 +24,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
-from nodus.errors import SpecError
-from nodus.reconciler.controllers.admission import runtime_key
+from nodus.errors import ConfigError, SpecError
 from nodus.reconciler.planning.desired import Desired, desired_from
+from nodus.reconciler.references import runtime_key
 from nodus.reconciler.state.records import ResourceKey
+from nodus.specs.parse import parse_resources
 
 MANAGED_PROJECT: Final = "nodus"
 RUNTIMES_DIR_VARIABLE: Final = "NODUS_RUNTIMES_DIR"
@@ -68,8 +69,6 @@ def _is_runtimes_distribution(folder: Path) -> bool:
 def read_catalog(folders: Iterable[Path] | None = None) -> tuple[dict[ResourceKey, Desired], list[str]]:
     """Every managed runtime in the catalog folders by key (the first folder wins), and the problems of the
     catalog files that could not be read (`file:line:col: ...`, one line each)."""
-    from nodus.specs.parse import parse_resources
-
     found: dict[ResourceKey, Desired] = {}
     problems: list[str] = []
     for folder in catalog_folders() if folders is None else folders:
@@ -113,9 +112,6 @@ def read_desired(paths: Iterable[Path], *, shown: str | None = None, hint: str) 
     apply` and `nodus controller` plan from. A spec error is raised whole (one line per problem); no resource at
     all is an error too, as an empty folder is far more likely a wrong path than a wish to destroy everything.
     `shown`: how messages name the paths; `hint`: what to check when nothing was found."""
-    from nodus.errors import ConfigError
-    from nodus.specs.parse import parse_resources
-
     paths = list(paths)
     result = parse_resources(paths)
     result.raise_for_errors()

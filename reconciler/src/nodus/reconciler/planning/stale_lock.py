@@ -15,17 +15,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from nodus.builder.lockfile import Lock
+from nodus.builder.plan import package_folder, source_digest
 from nodus.reconciler.planning.desired import Desired
+from nodus.specs.environment import Environment
 
 
 def stale_sources(desired: Iterable[Desired], lock_path: Path) -> list[str]:
     """One line per Environment of `desired` whose package files no longer hash to what `lock_path` recorded:
     `file: Environment/NAME: spec.version: ...; bump spec.version ...`. Empty when there is no lock, or an entry
     records no source digest (built before nodus-build recorded it, or a pip or image package)."""
-    from nodus.builder.lockfile import Lock
-    from nodus.builder.plan import package_folder, source_digest
-    from nodus.specs.environment import Environment
-
     environments = [item for item in desired if item.key.kind == "Environment"]
     if not environments or not lock_path.is_file():
         return []

@@ -1,4 +1,4 @@
-"""Prices and estimates: the price table, what a TrainingJob will cost, dry runs and priced plans.
+"""Prices and estimates: the price table, what a TrainingJob will cost and priced plans.
 
 Who calls it: `nodus plan` (each TrainingJob action's estimate, the pull-request comment's cost headline),
 `nodus apply --dry-run` (the compiled Job with `status.estimate` and `status.blockingReasons`) and the
@@ -9,8 +9,11 @@ TrainingJob controller (the price in force when a run launches, stored with it).
 - `estimate`: the estimator itself, pure: documents and facts in, an `Estimate` out;
 - `facts`: what the estimator needs to know about this host and state store (model cached, jobs running);
 - `costs`: priced plans (`PlanCosts`), rendered by `nodus.reconciler.planning.render`;
-- `dry_run`: `nodus apply --dry-run`.
+- `plan_prices`: `price_plan`, which prices a plan's changes with the estimator.
 
-Nothing here imports `nodus.reconciler.planning` at module level except `costs.price_plan` and `dry_run`, so the
-renderers can import the cost types without a cycle.
+`nodus apply --dry-run` (`nodus.reconciler.dry_run`) sits above this package: it asks admission, apply's
+refusals and the TrainingJob controller's `compile_job`, which pricing must not import. Pricing is pure (an
+import-linter contract in pyproject.toml): it imports no state store implementation, executor, controller,
+apply, refresh, CLI or view, and `nodus.reconciler.planning` only for type checking (`Plan`), so the plan
+renderers import the cost types without a cycle.
 """

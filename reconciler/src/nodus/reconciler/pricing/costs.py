@@ -1,11 +1,13 @@
 """Priced plans: what each change of a plan costs, and the headline of the pull-request comment.
 
-Who calls it: `nodus plan` (`price_plan`, then the renderers of `nodus.reconciler.planning.render`, which import
-the `PlanCosts` type from here) and the planner's golden files. A TrainingJob that is created or replaced gets the
-estimate of a whole run to completion; an update in place (or a replacement) also gets the cost change against
-the stored spec priced with the same table and facts, so the change reflects the spec, not the table. A standing
-InferenceEndpoint is billed per token: its monthly figure is the most it can cost at its `tpm` limit, and without
-a limit or a per-token price it is listed as unpriced. Deletes of one-off runs save nothing (what ran is spent).
+Who calls it: `nodus plan` (`plan_prices.price_plan` makes a `PlanCosts`; the renderers of
+`nodus.reconciler.planning.render` import its types from here) and the planner's golden files. This module holds
+the types and the endpoint arithmetic only, so the renderers (which `nodus --help` loads) do not load the
+estimator. A TrainingJob that is created or replaced gets the estimate of a whole run to completion; an update in
+place (or a replacement) also gets the cost change against the stored spec priced with the same table and facts,
+so the change reflects the spec, not the table. A standing InferenceEndpoint is billed per token: its monthly
+figure is the most it can cost at its `tpm` limit, and without a limit or a per-token price it is listed as
+unpriced. Deletes of one-off runs save nothing (what ran is spent).
 """
 
 from __future__ import annotations
@@ -13,15 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from nodus.reconciler.pricing.prices import PriceTable
 from nodus.reconciler.state.records import JSONObject, ResourceKey
 from nodus.specs.types import format_usd
-
-if TYPE_CHECKING:
-    from nodus.reconciler.planning.diff import Plan
-    from nodus.reconciler.pricing.facts import Context
 
 Period = Literal["run", "month"]
 MINUTES_PER_MONTH = 30 * 24 * 60
@@ -130,32 +128,6 @@ class PlanCosts:
         }
 
 
-def price_plan(plan: Plan, context: Context) -> PlanCosts:
-    """The cost of every TrainingJob and InferenceEndpoint change of `plan` (no-ops left out)."""
-    from nodus.reconciler.pricing.facts import estimate_job
-
-    documents = {action.key: action.desired for action in plan.actions if action.desired is not None}
-    found: dict[ResourceKey, ActionCost] = {}
-    for action in plan.changes:
-        if action.key.kind not in PRICED_KINDS:
-            continue
-        record = context.record(action.key)
-        stored = record.spec if record is not None and action.type != "create" else None
-        if action.key.kind == "InferenceEndpoint":
-            found[action.key] = _endpoint_cost(action.type, action.desired, stored, context.prices)
-            continue
-        if action.desired is None:
-            found[action.key] = ActionCost(action.type, "run")
-            continue
-        new = estimate_job(action.desired, context, documents, key=action.key)
-        before = None
-        if stored is not None:
-            before = estimate_job(stored, context, documents, key=action.key).cost_usd
-        reasons = tuple(str(item) for item in new.unpriced)
-        found[action.key] = ActionCost(action.type, "run", new.cost_usd, before, reasons, new.to_dict())
-    return PlanCosts(found, context.prices.ref())
-
-
 def endpoint_monthly(document: JSONObject, prices: PriceTable) -> tuple[Decimal | None, str | None]:
     """(the most an endpoint can cost in 30 days at its tpm limit, why it cannot be priced)."""
     spec = document.get("spec") or {}
@@ -171,14 +143,6 @@ def endpoint_monthly(document: JSONObject, prices: PriceTable) -> tuple[Decimal 
         return None, f"billed per token ({rates}); no tpm limit bounds a month"
     monthly = Decimal(tpm) * MINUTES_PER_MONTH * price.blended() / Decimal(1_000_000)
     return monthly.quantize(Decimal("0.01")), None
-
-
-def _endpoint_cost(
-    action: str, desired: JSONObject | None, stored: JSONObject | None, prices: PriceTable
-) -> ActionCost:
-    cost, reason = endpoint_monthly(desired, prices) if desired is not None else (None, None)
-    before = endpoint_monthly(stored, prices)[0] if stored is not None else None
-    return ActionCost(action, "month", cost, before, (reason,) if reason else (), ceiling=True)
 
 
 def _usd(value: Decimal | None) -> str | None:

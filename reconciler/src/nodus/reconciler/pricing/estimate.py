@@ -38,10 +38,10 @@ from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Literal
 
-from nodus.reconciler.controllers.admission import merge
 from nodus.reconciler.pricing.host_timing import HostTiming, host_timing, model_identity, shape_of
 from nodus.reconciler.pricing.model_size import ModelSize, format_count, parse_count
 from nodus.reconciler.pricing.prices import PriceTable
+from nodus.reconciler.references import merge
 from nodus.specs.types import format_usd, parse_duration
 
 JSONObject = dict[str, Any]

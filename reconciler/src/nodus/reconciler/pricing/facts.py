@@ -1,7 +1,7 @@
 """What the estimator needs to know beyond the documents, gathered from this host and the state store.
 
 Who calls it: `nodus plan` (through `nodus.reconciler.pricing.costs`) and `nodus apply --dry-run` (through
-`nodus.reconciler.pricing.dry_run`). One `Context` per command holds the time, the price table, the project and
+`nodus.reconciler.dry_run`). One `Context` per command holds the time, the price table, the project and
 the store's records; `estimate_job` finds a job's runtime and Environment (the plan's documents first, then the
 store), gathers its `Facts` and runs the pure estimator. It only reads: model folders (imported, or in the local
 Hugging Face cache, for the parameter count), nodus.lock (split sizes) and the records it was given.
@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from nodus.reconciler.controllers.admission import environment_ref, runtime_key
+from nodus.builder.lockfile import Lock
+from nodus.reconciler.model_cache import imported, model_folder, snapshot
 from nodus.reconciler.pricing import model_size
 from nodus.reconciler.pricing.estimate import Estimate, Facts, RunningJob, estimate_trainingjob
 from nodus.reconciler.pricing.model_size import ModelSize
 from nodus.reconciler.pricing.prices import PriceTable
 from nodus.reconciler.project import Project
+from nodus.reconciler.references import environment_ref, runtime_key
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord
 
 RUNNING_PHASES = frozenset({"Running"})
@@ -128,8 +130,6 @@ def size_of(job: JSONObject, model: JSONObject, context: Context) -> ModelSize |
 def _model_folders(job: JSONObject, model: JSONObject, context: Context) -> list[Path]:
     if context.project is None:
         return []
-    from nodus.reconciler.controllers.volume import model_folder, snapshot
-
     uri = model.get("uri")
     if uri:
         found = [model_folder(context.project, str(uri))]
@@ -149,8 +149,6 @@ def _imported(uri: str, context: Context) -> bool:
         return uri in context.cached_models
     if context.project is None:
         return False
-    from nodus.reconciler.controllers.volume import imported
-
     return imported(context.project, uri)
 
 
@@ -169,8 +167,6 @@ def _held_out_available(
             return int(splits["test"])
     if context.project is None:
         return None
-    from nodus.builder.lockfile import Lock
-
     try:
         entry = Lock.load(context.project.lock_path).get(key.name, version)
     except Exception:  # a broken lock file is `nodus apply`'s to report; the estimate goes on without it

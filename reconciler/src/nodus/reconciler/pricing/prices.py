@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from nodus.errors import ConfigError
-from nodus.reconciler.controllers.admission import merge
-from nodus.specs.types import GPU_TYPE_RE, USD_RE
+from nodus.reconciler.references import merge
+from nodus.specs.types import GPU_TYPE_RE, USD_RE, format_usd
 
 PRICES_VARIABLE = "NODUS_PRICES"
 """An organisation's price table, merged over the catalog's."""
@@ -214,8 +214,6 @@ class LaunchPrice:
     """`cpu.local of FILE`, `$NODUS_LOCAL_PRICE_PER_HOUR`, or why it is 0."""
 
     def to_status(self) -> dict[str, Any]:
-        from nodus.specs.types import format_usd
-
         return {"version": self.version, "perHourUSD": format_usd(self.per_hour_usd), "source": self.source}
 
 

@@ -23,8 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nodus.errors import ConfigError
+from nodus.reconciler.state.postgres import PostgresStore
 from nodus.reconciler.state.records import StateStore
 from nodus.reconciler.state.sql import redact_url
+from nodus.reconciler.state.sqlite import SqliteStore
 
 STATE_FILE = "state.db"
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
@@ -52,8 +54,6 @@ def open_store(
 
 
 def _open(url_or_path: str | Path | None, project_state_dir: Path, clock: Callable[[], float]) -> StateStore:
-    from nodus.reconciler.state.sqlite import SqliteStore
-
     if url_or_path is None:
         return SqliteStore(project_state_dir / STATE_FILE, clock=clock)
     if isinstance(url_or_path, Path):
@@ -66,8 +66,6 @@ def _open(url_or_path: str | Path | None, project_state_dir: Path, clock: Callab
         return SqliteStore(Path(text), clock=clock)
     name = scheme.group(1).lower()
     if name in ("postgresql", "postgres"):
-        from nodus.reconciler.state.postgres import PostgresStore
-
         return PostgresStore(text, clock=clock)
     if name == "sqlite":
         return SqliteStore(_sqlite_path(text), clock=clock)

@@ -2,7 +2,8 @@
 
 Who calls it: the `nodus apply` command with `--dry-run` (`nodus.cli.plan_apply`). It writes nothing and takes no
 lease: the files are read, the state store only read (and not opened at all when the project has none yet), and
-the compiled Job comes from the same `compile_job` the TrainingJob controller launches with.
+the compiled Job comes from the same `compile_job` the TrainingJob controller launches with. It sits above
+pricing, apply and the controllers (it asks all three), not inside `pricing`, which must stay pure.
 
 What it reads, as `nodus apply PATH` would: the resources of the files named (`-f` may repeat, and take folders),
 then the rest of the project folder (the runtimes and Environments the jobs name; a file of the project that does
@@ -25,15 +26,23 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
+from nodus.builder.lockfile import Lock
+from nodus.builder.oci import tags_of
 from nodus.errors import ConfigError
-from nodus.reconciler.controllers.admission import Admission, admit, environment_ref, runtime_key
+from nodus.reconciler.apply import operations_of, refusals
+from nodus.reconciler.controllers.admission import Admission, admit, suggest
+from nodus.reconciler.controllers.trainingjob import compile_job
+from nodus.reconciler.model_cache import imported, not_cached, snapshot
 from nodus.reconciler.planning.desired import Desired, desired_from, document_of, key_of
 from nodus.reconciler.planning.diff import Action, plan
+from nodus.reconciler.planning.managed import with_managed_runtimes
 from nodus.reconciler.pricing.estimate import Estimate
 from nodus.reconciler.pricing.facts import Context, estimate_job
 from nodus.reconciler.pricing.prices import PriceTable, launch_price
 from nodus.reconciler.project import Project
+from nodus.reconciler.references import environment_ref, merge, runtime_key
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore, spec_hash
+from nodus.specs.parse import parse_resources
 from nodus.specs.types import format_usd
 
 PLATFORM_ENV = (
@@ -63,9 +72,6 @@ class Inputs:
 
 def read_inputs(paths: Sequence[Path], project: Project, records: list[ResourceRecord], warn: Warn) -> Inputs:
     """The files' resources (errors raised whole), the project's others (problems only warned) and managed runtimes."""
-    from nodus.reconciler.planning.managed import with_managed_runtimes
-    from nodus.specs.parse import parse_resources
-
     result = parse_resources(list(paths))
     result.raise_for_errors()
     files = desired_from(result.resources)
@@ -94,8 +100,6 @@ def read_inputs(paths: Sequence[Path], project: Project, records: list[ResourceR
 
 def dry_run(inputs: Inputs, *, project: Project, prices: PriceTable, now: datetime) -> list[JSONObject]:
     """One `kind: Job` document per TrainingJob of the files, in file order."""
-    from nodus.reconciler.apply import operations_of, refusals
-
     made = plan(inputs.desired, inputs.records)
     actions = {action.key: action for action in made.actions}
     documents = {item.key: item.document for item in inputs.desired}
@@ -189,8 +193,6 @@ def _parameter_blocking(job: JSONObject, runtime: JSONObject) -> list[JSONObject
     """Every parameter the runtime's schema refuses, one entry each (`spec.parameters.<path>: what is wrong`)."""
     import jsonschema
 
-    from nodus.reconciler.controllers.admission import merge, suggest
-
     runtime_spec = runtime.get("spec") or {}
     schema = runtime_spec.get("parameterSchema") or {"type": "object"}
     parameters = merge(runtime_spec.get("defaults") or {}, job["spec"].get("parameters") or {})
@@ -225,8 +227,6 @@ def _compiled(
     """The spec of the Job `compile_job` makes, as the controller would launch it, in the Job kind's fields (so
     `nodus validate` reads it back), and what the launch adds that no Job field holds: the variables the
     supervisor sets, the Environment served, params.json and the host's price (`status.compiled`)."""
-    from nodus.reconciler.controllers.trainingjob import compile_job
-
     assert runtime is not None  # admitted
     assert verdict.runtime is not None
     stored = context.record(item.key)
@@ -281,9 +281,6 @@ def _environment_blocking(
     stored_same = record is not None and record.spec.get("spec", {}).get("version") == version
     if stored_same and record is not None and record.status.get("phase") == "Ready":
         return []
-    from nodus.builder.lockfile import Lock
-    from nodus.builder.oci import tags_of
-
     entry = Lock.load(context.project.lock_path).get(key.name, version)
     if entry is not None and tags_of(context.project.files.images, entry.image):
         return []
@@ -301,8 +298,6 @@ def _model_blocking(model: JSONObject, job: JSONObject, context: Context) -> lis
     """A model revision neither imported nor in the local Hugging Face cache (nodus never downloads weights)."""
     if context.project is None:
         return []
-    from nodus.reconciler.controllers.volume import imported, not_cached, snapshot
-
     if model.get("uri"):
         uri = str(model["uri"])
         if "@" not in uri or imported(context.project, uri) or snapshot(uri) is not None:
