@@ -3,7 +3,7 @@
 Who uses it: the end-to-end training tests (`test_train_grpo.py`, `test_estimate_quickstart.py`), which all
 start from the quickstart's Environment built into a grader image and the tiny model in a Hugging Face cache; and
 the end-to-end apply tests (`test_apply_trainingjob.py`, `test_grading_sandbox.py`), which run the attempt-API
-test runtime (`echo_runtime`: the stand-in trainer of `reconciler/tests/executor/runtimes/echo_trainer.py`).
+test runtime (`echo_runtime`: the stand-in trainer of `reconciler/tests/executors/runtimes/echo_trainer.py`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "examples" / "quickstart"
-ECHO_TRAINER = REPO / "reconciler" / "tests" / "executor" / "runtimes" / "echo_trainer.py"
+ECHO_TRAINER = REPO / "reconciler" / "tests" / "executors" / "runtimes" / "echo_trainer.py"
 ECHO_RUNTIME = """apiVersion: nodus.dev/v1beta1
 kind: TrainingRuntime
 metadata: {{name: echo}}

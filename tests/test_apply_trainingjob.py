@@ -2,7 +2,7 @@
 runs the attempt-API test runtime, `nodus get`, and a plan with nothing left to do.
 
 Needs podman and the base image (the build), so it is marked like the builder's tests; the trainer is
-`reconciler/tests/executor/runtimes/echo_trainer.py`, graded by the catalog's arithmetic environment.
+`reconciler/tests/executors/runtimes/echo_trainer.py`, graded by the catalog's arithmetic environment.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 the contract's folders and socket mounted at `/nodus/...`, and only the job's environment.
 
 The image is the real base image (mmdebstrap rootfs with Python) plus a layer holding the stdlib echo trainer
-(`reconciler/tests/executor/runtimes/echo_trainer.py`) and a probe that records what the container sees,
+(`reconciler/tests/executors/runtimes/echo_trainer.py`) and a probe that records what the container sees,
 written with the builder's OCI code and copied into podman's storage with skopeo. The job trains on the
 catalog's arithmetic Environment (built as in `test_apply_trainingjob.py`), so tasks, gradings and events
 cross the mounted Unix socket to the supervisor, whose graders run in their own containers.
@@ -27,7 +27,7 @@ from nodus.cli.main import cli
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
-ECHO_TRAINER = REPO / "reconciler" / "tests" / "executor" / "runtimes" / "echo_trainer.py"
+ECHO_TRAINER = REPO / "reconciler" / "tests" / "executors" / "runtimes" / "echo_trainer.py"
 PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
 HOST_SECRET = "NODUS_TEST_HOST_ONLY"
 PROBE = """\
@@ -137,8 +137,8 @@ def nodus(*args: str) -> tuple[int, str]:
 
 
 def containers(project: Path) -> list[str]:
-    from nodus.reconciler.executor.job import JobFiles
-    from nodus.reconciler.executor.trainer_container import container_name
+    from nodus.reconciler.executors.local.job import JobFiles
+    from nodus.reconciler.executors.local.trainer_container import container_name
 
     name = container_name(JobFiles.of(project / ".nodus" / "jobs", "default", "boxed"))
     found = subprocess.run(

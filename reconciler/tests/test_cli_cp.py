@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from nodus.cli.main import cli
-from nodus.reconciler.executor.job import JobFiles, JobSpec, manifest_of, write_json
+from nodus.reconciler.executors.local.job import JobFiles, JobSpec, manifest_of, write_json
 
 NAME = "quickstart"
 MANY = [f"checkpoints/step-{n:02d}.bin" for n in range(12)]

@@ -126,7 +126,7 @@ def test_apply_exits_1_naming_a_launch_that_failed_and_still_applies_the_others(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from nodus.errors import TemporaryError
-    from nodus.reconciler.executor.local import LocalExecutor
+    from nodus.reconciler.executors.local.executor import LocalExecutor
 
     def refuse(self: LocalExecutor, spec: object) -> None:
         raise TemporaryError("all 4 runner uid blocks are taken by running jobs")

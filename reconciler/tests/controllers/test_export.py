@@ -11,7 +11,7 @@ import pytest
 
 from nodus.errors import ConfigError
 from nodus.reconciler.controllers.export import exported_status
-from nodus.reconciler.executor import JobSpec
+from nodus.reconciler.executors import JobSpec
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import ResourceKey, ResourceRecord, StateStore
 from nodus.testing.fake_executor import FakeExecutor

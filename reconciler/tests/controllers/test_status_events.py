@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from nodus.reconciler.controllers.status import write_status
-from nodus.reconciler.executor.job import JobFiles, JobSpec, write_json
+from nodus.reconciler.executors.local.job import JobFiles, JobSpec, write_json
 from nodus.reconciler.project import Project
 from nodus.reconciler.refresh import refresh
 from nodus.reconciler.state.records import Launch, ResourceKey, StateStore

@@ -12,8 +12,8 @@ import pytest
 
 from nodus.reconciler.controllers.admission import admit
 from nodus.reconciler.controllers.trainingjob import compile_job, host_command, job_status
-from nodus.reconciler.executor.job import write_json
-from nodus.reconciler.executor.local import LocalExecutor
+from nodus.reconciler.executors.local.executor import LocalExecutor
+from nodus.reconciler.executors.local.job import write_json
 from nodus.reconciler.state.records import ResourceKey, ResourceRecord, spec_hash
 
 MODEL = "hf://Qwen/Qwen3-0.6B@c1899de289a04d12100db370d81485cdf75e47ca"

@@ -62,7 +62,7 @@ def test_refresh_keeps_the_stored_price() -> None:
 
 def test_a_run_launched_before_prices_were_recorded_keeps_its_job_specs_price(project: Project) -> None:
     from nodus.reconciler.controllers.trainingjob import executor
-    from nodus.reconciler.executor.job import JobSpec, write_json
+    from nodus.reconciler.executors.local.job import JobSpec, write_json
 
     jobs = executor(project)
     files = jobs.files("default", "run")

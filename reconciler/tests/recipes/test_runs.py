@@ -13,7 +13,7 @@ import pytest
 from nodus.errors import ConfigError
 from nodus.recipes import rl
 from nodus.recipes.runs import Record
-from nodus.reconciler.executor.job import JobFiles, JobSpec, manifest_of, write_json
+from nodus.reconciler.executors.local.job import JobFiles, JobSpec, manifest_of, write_json
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import ResourceKey
 

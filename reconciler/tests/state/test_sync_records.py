@@ -12,9 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nodus.builder.store import Store
-from nodus.reconciler.controller.source import GitSource
-from nodus.reconciler.controller.sync import Target, sync_pass
-from nodus.reconciler.controller.sync_status import sync_state
+from nodus.reconciler.gitops.source import GitSource
+from nodus.reconciler.gitops.sync import Target, sync_pass
+from nodus.reconciler.gitops.sync_status import sync_state
 from nodus.reconciler.project import Project
 from nodus.reconciler.state import migrations
 from nodus.reconciler.state.records import ResourceKey, StateStore, SyncRecord, spec_hash

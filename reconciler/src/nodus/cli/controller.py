@@ -3,7 +3,7 @@
 Who calls it: `nodus.cli.main` registers it. Every interval it fetches the branch, plans, applies when needed
 (under the apply lease, as `nodus apply --yes` does), advances running jobs, and records what it synced per
 resource, which `nodus get KIND -o wide` shows (SYNC, HEALTH, REVISION). The work is in
-`nodus.reconciler.controller`; this module parses the options and logs one line per sync.
+`nodus.reconciler.gitops`; this module parses the options and logs one line per sync.
 
 The controller's home is the project of the folder it is started in (or NODUS_HOME): its state folder holds
 the checkout (`controller/`), the images, the jobs and, unless --state names another, the state store, so
@@ -57,9 +57,9 @@ def controller(
     state: str | None,
 ) -> None:
     """Keep the state in sync with a git branch: fetch, plan, apply, refresh, every --interval."""
-    from nodus.reconciler.controller.loop import run
-    from nodus.reconciler.controller.source import GitSource
-    from nodus.reconciler.controller.sync import PassReport, Target
+    from nodus.reconciler.gitops.loop import run
+    from nodus.reconciler.gitops.source import GitSource
+    from nodus.reconciler.gitops.sync import PassReport, Target
     from nodus.reconciler.project import Project
     from nodus.specs.types import parse_duration
 

@@ -32,7 +32,7 @@ def env_group() -> None:
 )
 def init(name: str, folder: Path | None) -> None:
     """Scaffold an Environment package NAME that passes `nodus env test` as it is."""
-    from nodus.reconciler.env_scaffold import scaffold
+    from nodus.reconciler.env_authoring.scaffold import scaffold
 
     target = folder or Path(name)
     written = scaffold(name, target)
@@ -52,7 +52,7 @@ def init(name: str, folder: Path | None) -> None:
 @click.option("-o", "--output", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def test_command(path: Path, gold: int, seed: int, fmt: str) -> None:
     """Run the contract checks on the package at PATH (each in fresh nodus-env processes)."""
-    from nodus.reconciler.env_package import Check, EnvPackage, check_package
+    from nodus.reconciler.env_authoring.package import Check, EnvPackage, check_package
 
     package = EnvPackage.open(path)
 
@@ -85,7 +85,7 @@ def test_command(path: Path, gold: int, seed: int, fmt: str) -> None:
 @click.option("-o", "--output", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def describe(path: Path, fmt: str) -> None:
     """Summary, licence, split sizes, a sample task and the graders of the package at PATH."""
-    from nodus.reconciler.env_package import EnvPackage
+    from nodus.reconciler.env_authoring.package import EnvPackage
 
     package = EnvPackage.open(path)
     info = package.info()

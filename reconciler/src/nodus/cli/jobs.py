@@ -24,7 +24,7 @@ import click
 from nodus.cli.console import err_line, line
 from nodus.cli.resources import split_target
 from nodus.errors import ConfigError
-from nodus.reconciler.executor import Executor, OutputFile
+from nodus.reconciler.executors import Executor, OutputFile
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey
 from nodus.reconciler.views.warnings import failed_grading_lines

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from nodus.errors import ConfigError
 from nodus.recipes.apply import Options
 from nodus.reconciler.controllers.trainingjob import executor
-from nodus.reconciler.executor import Executor
+from nodus.reconciler.executors import Executor
 from nodus.reconciler.project import Project
 from nodus.reconciler.refresh import refresh
 from nodus.reconciler.state.records import ResourceKey

@@ -1,7 +1,7 @@
 """An Executor that keeps jobs in memory and lets a test drive them: the controllers' unit tests need no process.
 
 Who uses it: tests of the controllers, refresh, export, the CLI and the SDK (anything written against
-`nodus.reconciler.executor.Executor`). It keeps the protocol's contracts (idempotent launch by generation and
+`nodus.reconciler.executors.Executor`). It keeps the protocol's contracts (idempotent launch by generation and
 attempt, ConfigError for a missing job or generation, nothing done to a job that is over) and records every call:
 
     fake = FakeExecutor()
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from nodus.errors import ConfigError, TemporaryError
-from nodus.reconciler.executor import (
+from nodus.reconciler.executors import (
     Capabilities,
     Executor,
     Gradings,

@@ -39,7 +39,7 @@ class ProjectSettings(SpecModel):
     """The settings of one project (`nodus.yaml`)."""
 
     executor: Literal["local"] = "local"
-    """Which executor runs the project's jobs (`nodus.reconciler.executor.choose`): local, processes on this
+    """Which executor runs the project's jobs (`nodus.reconciler.executors.choose`): local, processes on this
     machine under a supervisor each. The only one so far; the field exists so a project names it."""
     grading: GradingSettings = GradingSettings()
     """Grading sandboxes."""

@@ -1,7 +1,7 @@
 """Which kinds a controller runs, and what nodus says about the kinds that nothing runs yet.
 
 Who calls it: the plan renderers (`nodus.reconciler.planning.render`: the stored-only line under the
-action), the health of `nodus get -o wide` (`nodus.reconciler.controller.sync_status`: `Unknown`, never
+action), the health of `nodus get -o wide` (`nodus.reconciler.gitops.sync_status`: `Unknown`, never
 `Healthy`, for something that does not run), `nodus describe` and the waits.
 
 The set is the registry's (`nodus.reconciler.controllers.registry`): registering a controller for a kind takes

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from nodus.errors import ConfigError
 from nodus.reconciler.controllers.volume import commit_tree, make_writable, size_bytes, volume_path
-from nodus.reconciler.executor import Executor, OutputManifest, locked
+from nodus.reconciler.executors import Executor, OutputManifest, locked
 from nodus.reconciler.model_cache import MANIFEST
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore

@@ -1,5 +1,5 @@
 """The Job controller: a command run once under the local executor's supervisor, with its cap and logs; in
-`spec.image` under podman when the Job names one (`nodus.reconciler.executor.trainer_container`).
+`spec.image` under podman when the Job names one (`nodus.reconciler.executors.local.trainer_container`).
 
 Who calls it: `nodus apply` (jobs wave) and `nodus.reconciler.refresh`. A Job is what a TrainingJob compiles
 into; one written directly runs its `spec.command` with `spec.env`, no Environment and no attempt API tasks.
@@ -19,7 +19,7 @@ from nodus.reconciler.controllers.trainingjob import (
     launch_key,
     price_in_force,
 )
-from nodus.reconciler.executor import JobSpec
+from nodus.reconciler.executors import JobSpec
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, Launch, ResourceKey, ResourceRecord, StateStore
 

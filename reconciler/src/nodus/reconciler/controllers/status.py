@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from nodus.reconciler.controllers.stored_only import UNSUPPORTED_PHASE
-from nodus.reconciler.executor.summary import GRADING_FAILURES, failures_message
+from nodus.reconciler.session.summary import GRADING_FAILURES, failures_message
 from nodus.reconciler.state.records import Conflict, Event, JSONObject, ResourceRecord, StateStore
 
 ADMISSION_REASONS = frozenset(

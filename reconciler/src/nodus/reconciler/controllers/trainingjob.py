@@ -33,7 +33,7 @@ from nodus.reconciler.controllers.admission import Admission, admit
 from nodus.reconciler.controllers.export import exported_status
 from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.controllers.volume import ensure_model
-from nodus.reconciler.executor import EnvironmentSpec, Executor, JobSpec, choose_executor, wait_for
+from nodus.reconciler.executors import EnvironmentSpec, Executor, JobSpec, choose_executor, wait_for
 from nodus.reconciler.model_cache import imported
 from nodus.reconciler.pricing.host_timing import measure, model_identity
 from nodus.reconciler.pricing.prices import LOCAL_PRICE_VARIABLE, LaunchPrice, launch_price, load_prices

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nodus.reconciler.executor import file_sha256
+from nodus.reconciler.executors import file_sha256
 from nodus.reconciler.model_cache import MANIFEST, imported, model_folder, not_cached, snapshot
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceRecord

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from nodus.reconciler.controller.sync_status import health_of, sync_state
+from nodus.reconciler.gitops.sync_status import health_of, sync_state
 from nodus.reconciler.state.records import ResourceRecord
 from nodus.reconciler.views.warnings import failures_cell
 

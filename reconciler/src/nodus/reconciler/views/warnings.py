@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any, Final
 
-from nodus.reconciler.executor.summary import GRADING_FAILURES, UNSCORED, failures_message
+from nodus.reconciler.session.summary import GRADING_FAILURES, UNSCORED, failures_message
 
 GRADINGS: Final = "Gradings"
 REWARD_SIGNAL: Final = "RewardSignal"

@@ -1,0 +1,64 @@
+"""The executors: where jobs run and what they report (DESIGN.md section 6, "The Executor protocol").
+
+Who uses it: the controllers, `refresh`, the CLI and the SDK, through `Executor` (`protocol`) as `choose_executor`
+gives it for a project. Nothing outside this package imports `local` (the job folder and its layout): an
+import-linter contract in pyproject.toml says so. Modules, from the bottom up:
+
+    protocol     the Executor protocol and what it returns: Observation, OutputManifest, Gradings, Capabilities
+    local/       LocalExecutor and what it needs: the job folder, the supervisor, the attempt API (local/__init__)
+    choose       the executor a project names in nodus.yaml (`executor: local`)
+"""
+
+from __future__ import annotations
+
+from .choose import choose_executor
+from .local import LocalExecutor
+from .local.job import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    PHASES,
+    RUNNING,
+    SUCCEEDED,
+    SUSPENDED,
+    TERMINAL,
+    EnvironmentSpec,
+    JobSpec,
+    file_sha256,
+    locked,
+)
+from .protocol import (
+    Capabilities,
+    Executor,
+    Gradings,
+    LogReader,
+    Observation,
+    OutputFile,
+    OutputManifest,
+    wait_for,
+)
+
+__all__ = [
+    "CANCELLED",
+    "FAILED",
+    "PENDING",
+    "PHASES",
+    "RUNNING",
+    "SUCCEEDED",
+    "SUSPENDED",
+    "TERMINAL",
+    "Capabilities",
+    "EnvironmentSpec",
+    "Executor",
+    "Gradings",
+    "JobSpec",
+    "LocalExecutor",
+    "LogReader",
+    "Observation",
+    "OutputFile",
+    "OutputManifest",
+    "choose_executor",
+    "file_sha256",
+    "locked",
+    "wait_for",
+]

@@ -1,0 +1,223 @@
+"""One pass of the controller, in process, on a repository of Secrets and Volumes (no builds, no jobs: fast).
+
+What a pass applies and when, and the bookkeeping `nodus get` reads: a sync record per resource (the revision,
+the desired hash, the outcome) and the summary that makes an interrupted or failed sync run again.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodus.reconciler.gitops import sync_status
+from nodus.reconciler.gitops.source import GitSource
+from nodus.reconciler.gitops.sync import (
+    FAILED,
+    IN_SYNC,
+    LOCKED,
+    SYNCED,
+    PassReport,
+    Target,
+    checkout_project,
+    sync_pass,
+)
+from nodus.reconciler.project import Project
+from nodus.reconciler.state.records import ResourceKey, StateStore
+
+SECRET = "apiVersion: nodus.dev/v1\nkind: Secret\nmetadata: {{name: {name}}}\nspec: {{keys: [{keys}]}}\n"
+VOLUME = "apiVersion: nodus.dev/v1\nkind: Volume\nmetadata: {{name: {name}}}\nspec: {{}}\n"
+TYPO = """apiVersion: nodus.dev/v1beta1
+kind: TrainingJob
+metadata: {name: typo}
+spec:
+  runtime: no-such-runtime
+  model: {uri: "hf://nodus/tiny-qwen3@cbf57b6b8182c6aacc73392c929d3cfdfec8c246"}
+"""
+CREDS = ResourceKey("Secret", "default", "creds")
+DATA = ResourceKey("Volume", "default", "data")
+
+
+@pytest.fixture
+def store(home: Project) -> Any:
+    opened = home.open_state()
+    yield opened
+    opened.close()
+
+
+class Controller:
+    """A target on the test's repository and what the passes told."""
+
+    def __init__(self, repo: Any, home: Project, store: StateStore, **options: Any) -> None:
+        self.repo, self.home, self.store = repo, home, store
+        self.target = Target(GitSource(str(repo.folder), "main", home.files.root / "controller"), **options)
+        self.told: list[tuple[str, str]] = []
+
+    def sync(self) -> PassReport:
+        self.told.clear()
+        return sync_pass(self.target, self.home, self.store, lambda event, text: self.told.append((event, text)))
+
+    def states(self) -> dict[str, tuple[str, str, str]]:
+        """`Kind/name` -> (sync, health, revision) as `nodus get -o wide` shows them."""
+        return {
+            str(r.key): (sync_status.sync_state(r), sync_status.health_of(r), r.sync.revision if r.sync else "-")
+            for r in self.store.list()
+        }
+
+
+@pytest.fixture
+def controller(git_repo: Any, home: Project, store: StateStore) -> Controller:
+    return Controller(git_repo, home, store)
+
+
+def test_a_pass_applies_a_new_revision_then_finds_it_in_sync(controller: Controller) -> None:
+    first = controller.repo.commit(
+        "creds and data", {"a.yaml": SECRET.format(name="creds", keys="A"), "v.yaml": VOLUME.format(name="data")}
+    )
+    report = controller.sync()
+    assert report.outcome == SYNCED and report.changed == 2 and report.revision and report.revision.sha == first
+    assert report.sync == {"Synced": 2, "OutOfSync": 0} and report.health == {
+        **report.health,
+        "Healthy": 1,
+        "Unknown": 1,
+    }
+    # The Secret's second line says nothing runs it (stored only).
+    assert [event for event, _ in controller.told] == ["applying", "resource", "resource", "resource"]
+    assert (
+        f'synced {first[:7]} "creds and data": 2 changed, 0 launched; 2 Synced, 1 Healthy, 1 Unknown' in report.line()
+    )
+    assert controller.states() == {
+        "Secret/creds": ("Synced", "Unknown", first),
+        "Volume/data": ("Synced", "Healthy", first),
+    }
+    summary = sync_status.last_summary(controller.store)
+    assert summary is not None and (summary.revision, summary.outcome, summary.changed) == (first, "Succeeded", 2)
+    serial = controller.store.serial()
+    again = controller.sync()
+    assert again.outcome == IN_SYNC and controller.told == [] and controller.store.serial() == serial
+    assert again.line() == f"in sync at {first[:7]}; 2 Synced, 1 Healthy, 1 Unknown"
+
+    second = controller.repo.commit("one more key", {"a.yaml": SECRET.format(name="creds", keys="A, B")})
+    report = controller.sync()
+    assert report.outcome == SYNCED and report.changed == 1
+    assert controller.states()["Secret/creds"] == ("Synced", "Unknown", second)
+    assert controller.states()["Volume/data"] == ("Synced", "Healthy", second)  # unchanged, synced at the new revision
+    record = controller.store.get(CREDS)
+    assert record is not None and record.generation == 2 and record.spec["spec"]["keys"] == ["A", "B"]
+
+
+def test_a_change_by_hand_is_out_of_sync_until_the_next_pass_reverts_it(controller: Controller) -> None:
+    controller.repo.commit("creds", {"a.yaml": SECRET.format(name="creds", keys="A")})
+    controller.sync()
+    record = controller.store.get(CREDS)
+    assert record is not None
+    controller.store.put(CREDS, {**record.spec, "spec": {"keys": ["BY_HAND"], "provider": "Env", "envPrefix": ""}})
+    assert controller.states()["Secret/creds"][0] == "OutOfSync"
+    report = controller.sync()
+    assert report.outcome == SYNCED and report.reason == "the plan has changes"
+    assert controller.states()["Secret/creds"][0] == "Synced"
+
+
+def test_a_revision_that_does_not_parse_fails_and_keeps_the_last_sync_records(controller: Controller) -> None:
+    first = controller.repo.commit("creds", {"a.yaml": SECRET.format(name="creds", keys="A")})
+    controller.sync()
+    broken = controller.repo.commit("broken", {"a.yaml": SECRET.format(name="creds", keys="not a name")})
+    report = controller.sync()
+    assert report.outcome == FAILED and not report.ok and report.revision and report.revision.sha == broken
+    assert report.message.startswith("a.yaml:") and "spec.keys" in report.message  # relative to the repository
+    assert controller.states()["Secret/creds"] == ("Synced", "Unknown", first)
+    summary = sync_status.last_summary(controller.store)
+    assert summary is not None and (summary.revision, summary.outcome) == (broken, "Failed")
+    assert controller.sync().outcome == FAILED  # tried again every interval, in case it was the outside world
+    fixed = controller.repo.commit("fixed", {"a.yaml": SECRET.format(name="creds", keys="B")})
+    assert controller.sync().outcome == SYNCED
+    assert controller.states()["Secret/creds"] == ("Synced", "Unknown", fixed)
+
+
+def test_an_apply_refused_by_admission_records_which_resource_failed(controller: Controller) -> None:
+    controller.repo.commit("creds", {"a.yaml": SECRET.format(name="creds", keys="A")})
+    controller.sync()
+    bad = controller.repo.commit("a job with a typo", {"tj.yaml": TYPO, "v.yaml": VOLUME.format(name="data")})
+    report = controller.sync()
+    assert report.outcome == FAILED and "TrainingJob/typo" in report.message and "no-such-runtime" in report.message
+    assert report.sync == {"Synced": 1, "OutOfSync": 2} and report.health["Missing"] == 2
+    by_key = {record.key: record for record in controller.store.sync_records()}
+    typo = by_key[ResourceKey("TrainingJob", "default", "typo")]
+    assert (typo.revision, typo.outcome) == (bad, "Failed") and "no-such-runtime" in typo.message
+    assert by_key[DATA].outcome == "Failed" and by_key[CREDS].outcome == "Applied"
+    assert controller.store.get(DATA) is None  # admission runs before anything is written
+
+
+def test_an_interrupted_sync_is_applied_again(controller: Controller) -> None:
+    first = controller.repo.commit("creds", {"a.yaml": SECRET.format(name="creds", keys="A")})
+    controller.sync()
+    summary = sync_status.last_summary(controller.store)
+    assert summary is not None
+    # What a controller killed mid-apply leaves: the summary says Running (every spec may already be written).
+    sync_status.save_summary(controller.store, sync_status.SyncSummary(**{**summary.__dict__, "outcome": "Running"}))
+    report = controller.sync()
+    assert report.outcome == SYNCED and report.reason == "the last sync was interrupted" and report.changed == 0
+    record = controller.store.get(CREDS)
+    assert record is not None and record.generation == 1 and record.sync and record.sync.revision == first
+
+
+def test_a_held_lease_skips_the_pass_and_records_nothing(controller: Controller) -> None:
+    controller.repo.commit("creds", {"a.yaml": SECRET.format(name="creds", keys="A")})
+    lease = controller.store.acquire_lease("apply", "someone@elsewhere pid 1", "apply by hand", 300)
+    report = controller.sync()
+    assert report.outcome == LOCKED and report.ok and "someone@elsewhere" in report.line()
+    assert controller.store.list() == [] and sync_status.last_summary(controller.store) is None
+    controller.store.release_lease(lease)
+    assert controller.sync().outcome == SYNCED
+
+
+def test_resources_no_longer_in_git_are_out_of_sync_until_pruned(
+    git_repo: Any, home: Project, store: StateStore
+) -> None:
+    kept = Controller(git_repo, home, store)
+    git_repo.commit("two", {"a.yaml": SECRET.format(name="creds", keys="A"), "v.yaml": VOLUME.format(name="data")})
+    kept.sync()
+    gone = git_repo.commit("drop the volume", {"v.yaml": None})
+    assert kept.sync().outcome == SYNCED  # a new revision with nothing to change
+    assert kept.states()["Volume/data"] == ("OutOfSync", "Healthy", gone)
+    [row] = [row for row in store.sync_records() if row.key == DATA]
+    assert (row.outcome, row.desired_hash) == ("NotInGit", "") and "--prune" in row.message
+    pruning = Controller(git_repo, home, store, prune=True)
+    report = pruning.sync()
+    assert report.outcome == SYNCED and report.changed == 1 and store.get(DATA) is None
+    assert [row.key for row in store.sync_records()] == [CREDS]
+
+
+def test_path_names_the_specs_folder_inside_the_repository(git_repo: Any, home: Project, store: StateStore) -> None:
+    git_repo.commit(
+        "specs in a folder",
+        {"specs/a.yaml": SECRET.format(name="creds", keys="A"), "other.yaml": VOLUME.format(name="data")},
+    )
+    assert Controller(git_repo, home, store, path="specs").sync().outcome == SYNCED
+    assert [record.key for record in store.list()] == [CREDS]
+    outside = Controller(git_repo, home, store, path="../..").sync()
+    assert outside.outcome == FAILED and "outside the repository" in outside.message
+    missing = Controller(git_repo, home, store, path="nope").sync()
+    assert missing.outcome == FAILED and "--path nope: not in" in missing.message
+
+
+def test_the_checkouts_nodus_lock_is_the_projects(tmp_path: Path, home: Project) -> None:
+    checkout = tmp_path / "checkout"
+    (checkout / "envs" / "a").mkdir(parents=True)
+    (tmp_path / "nodus.lock").write_text("")  # above the repository: never the project's
+    assert checkout_project(checkout, checkout / "envs" / "a", home).lock_path == checkout / "nodus.lock"
+    (checkout / "envs" / "nodus.lock").write_text("")
+    project = checkout_project(checkout, checkout / "envs" / "a", home)
+    assert project.lock_path == checkout / "envs" / "nodus.lock" and project.files.root == home.files.root
+
+
+def test_a_failed_fetch_is_a_failed_pass_not_an_exception(controller: Controller, tmp_path: Path) -> None:
+    controller.repo.commit("creds", {"a.yaml": SECRET.format(name="creds", keys="A")})
+    controller.sync()
+    controller.repo.folder.rename(tmp_path / "elsewhere")
+    started = time.monotonic()
+    report = controller.sync()
+    assert report.outcome == FAILED and report.revision is None and "git fetch" in report.message
+    assert time.monotonic() - started < 30
