@@ -48,7 +48,7 @@ def bound(jobs_root: Path, executor: Executor) -> Iterator[Executor]:
 def choose_executor(name: str, jobs_root: Path, *, record_wire: bool = False) -> Executor:
     """The executor called `name` for a project whose local job state lives in `jobs_root` (the one `bound` to
     that folder while a `bound` block is entered)."""
-    found = _BOUND.get(jobs_root.resolve())
+    found = _BOUND.get(jobs_root.resolve()) if _BOUND else None
     if found is not None:
         return found
     factory = EXECUTORS.get(name)
