@@ -11,11 +11,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from nodus.cli.main import cli
 from nodus.reconciler.apply import ApplyReport, apply_plan
 from nodus.reconciler.controllers.base import ApplyOptions
 from nodus.reconciler.executors import JobSpec
 from nodus.reconciler.executors.choose import bound
+from nodus.reconciler.gitops.loop import Stop, between_passes
 from nodus.reconciler.planning.diff import Plan, plan
 from nodus.reconciler.planning.managed import read_desired
 from nodus.reconciler.project import Project
@@ -183,7 +186,9 @@ def test_a_lost_run_is_restarted_up_to_max_attempts_then_fails_supervisor_lost(
         fake.set_phase("default", "run", "Running")
         fake.lose("default", "run")
         [change] = refresh(project, store)
-        assert change.notes == [f"its supervisor was lost: restarted it (attempt {attempt + 1}, restart {attempt} of {allowed})"]
+        assert change.notes == [
+            f"its supervisor was lost: restarted it (attempt {attempt + 1}, restart {attempt} of {allowed})"
+        ]
         assert (status_of(store)["phase"], status_of(store)["attempt"]) == ("Pending", attempt + 1)
     fake.set_phase("default", "run", "Running")
     fake.lose("default", "run")
@@ -195,7 +200,9 @@ def test_a_lost_run_is_restarted_up_to_max_attempts_then_fails_supervisor_lost(
     assert refresh(project, store) == [] and [call[0] for call in fake.calls].count("abandon") == 1
 
 
-def test_a_lost_job_is_recovered_by_the_default_recovery(project: Project, store: StateStore, fake: FakeExecutor) -> None:
+def test_a_lost_job_is_recovered_by_the_default_recovery(
+    project: Project, store: StateStore, fake: FakeExecutor
+) -> None:
     document = "apiVersion: nodus.dev/v1beta1\nkind: Job\nmetadata: {name: task}\nspec:\n  command: [echo, hi]\n"
     apply(project, store, document)
     fake.lose("default", "task")
@@ -210,7 +217,7 @@ def test_a_job_blocked_on_an_environment_requeues_and_wait_reports_and_retries_i
     document = training_job().replace("  task: SFT\n", "  task: SFT\n  environment: {name: words@1.0.0}\n")
     store.put(ENV, ENVIRONMENT)
     store.set_status(ENV, {"phase": "Pending", "reason": "Building", "message": "nodus-build is running"})
-    report = apply(project, store, RUNTIME, document)
+    report = apply(project, store, RUNTIME, document)  # as blocked() does, keeping the report
     assert report.requeued == [(TJ, 30.0, "EnvironmentNotReady")] and report.launched == []
     assert fake.calls == []
 
@@ -226,7 +233,10 @@ def test_a_job_blocked_on_an_environment_requeues_and_wait_reports_and_retries_i
     now[0] += 1.0
     lines = requeues.look(project, store, [TJ])
     assert started(fake) == [(1, 1)] and status_of(store)["phase"] == "Pending"
-    assert lines == ["TrainingJob/run: Pending (Launched)"]
+    assert lines == [
+        "TrainingJob/run: launched TrainingJob/default/run/gen1/attempt1",
+        "TrainingJob/run: Pending (Launched)",
+    ]
 
 
 ENVIRONMENT = {
@@ -236,3 +246,33 @@ ENVIRONMENT = {
     "spec": {"version": "1.0.0", "package": {"path": "words", "loader": "words:load"}},
 }
 READY = {"phase": "Ready", "graderImage": "localhost/words:1.0.0", "graderImageId": "sha256:" + "0" * 64}
+
+
+def blocked(project: Project, store: StateStore) -> None:
+    """A TrainingJob applied while its Environment is still being built elsewhere (not Ready, not failed)."""
+    document = training_job().replace("  task: SFT\n", "  task: SFT\n  environment: {name: words@1.0.0}\n")
+    store.put(ENV, ENVIRONMENT)
+    store.set_status(ENV, {"phase": "Pending", "reason": "Building", "message": "nodus-build is running"})
+    apply(project, store, RUNTIME, document)
+
+
+def test_nodus_wait_reports_what_a_requeued_job_waits_on(
+    project: Project, store: StateStore, fake: FakeExecutor
+) -> None:
+    blocked(project, store)
+    result = CliRunner().invoke(
+        cli, ["wait", "tj/run", "--for=jsonpath={.status.phase}=Running", "--timeout=1s", "--path", str(project.root)]
+    )
+    assert result.exit_code == 1, result.output
+    assert "TrainingJob/run: Pending (EnvironmentNotReady: Environment words is not Ready (Building))" in result.stderr
+    assert "timed out waiting for TrainingJob/run" in result.stderr and fake.calls == []
+
+
+def test_the_controller_loop_reconciles_a_requeued_job_between_passes(
+    project: Project, store: StateStore, fake: FakeExecutor
+) -> None:
+    blocked(project, store)
+    store.set_status(ENV, READY)
+    said: list[str] = []
+    between_passes(Stop(), Requeues(first_after_s=0.0), project, store, 0.0, lambda _, text: said.append(text))
+    assert started(fake) == [(1, 1)] and said == ["TrainingJob/run: launched TrainingJob/default/run/gen1/attempt1"]

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from nodus.reconciler.apply import holding_lease
 from nodus.reconciler.controllers import registry
 from nodus.reconciler.controllers.base import Context, Requeue
-from nodus.reconciler.controllers.status import write_status
-from nodus.reconciler.controllers.trainingjob_controller import WAITING_REASONS
 from nodus.reconciler.controllers.coverage import UNSUPPORTED_PHASE
+from nodus.reconciler.controllers.status import write_status
+from nodus.reconciler.controllers.trainingjob_controller import REQUEUE_AFTER_S, WAITING_REASONS
 from nodus.reconciler.project import Project
 from nodus.reconciler.references import environment_ref
 from nodus.reconciler.state.records import LeaseHeld, ResourceKey, ResourceRecord, StateStore
@@ -139,6 +139,11 @@ def _volume_key(record: ResourceRecord) -> ResourceKey | None:
     return ResourceKey("Volume", record.key.project, str(volume["name"]))
 
 
+def requeued_keys(store: StateStore) -> list[ResourceKey]:
+    """Every job that waits on a dependency (what `nodus controller` looks at again between its passes)."""
+    return [record.key for kind in sorted(JOB_KINDS) for record in store.list(kind) if requeued(record)]
+
+
 def requeued(record: ResourceRecord) -> bool:
     """Whether the record waits on a dependency its controller looks at again after a delay."""
     return phase_of(record) == "Pending" and record.status.get("reason") in WAITING_REASONS
@@ -154,36 +159,47 @@ def waiting_line(record: ResourceRecord) -> str:
 @dataclass
 class Requeues:
     """The requeued resources of one waiting process: when each is due again (by `clock`, monotonic seconds)
-    and the line last said about it. A resource not looked at by this process yet is due at once."""
+    and the line last said about it. A resource this process has not reconciled yet was requeued by whoever did
+    (an apply, a sync pass): it is due `first_after_s` after this process first sees it."""
 
     clock: Callable[[], float] = time.monotonic
+    first_after_s: float = REQUEUE_AFTER_S
     due: dict[ResourceKey, float] = field(default_factory=dict)
     said: dict[ResourceKey, str] = field(default_factory=dict)
 
-    def look(self, project: Project, store: StateStore, keys: Iterable[ResourceKey], operation: str = "wait") -> list[str]:
+    def look(
+        self, project: Project, store: StateStore, keys: Iterable[ResourceKey], operation: str = "wait"
+    ) -> list[str]:
         """Reconcile each of `keys` that is requeued and due (under the lease; skipped while an apply holds it),
         and the lines to report: a key's `waiting_line` each time it changes while it was requeued."""
-        records = [record for record in (store.get(key) for key in keys) if record is not None]
+        asked = list(keys)
+        followed = [*asked, *(key for key in self.due if key not in asked)]  # those requeued before, too
+        records = [record for record in (store.get(key) for key in followed) if record is not None]
         now = self.clock()
-        due = [record for record in records if requeued(record) and self.due.get(record.key, now) <= now]
+        for record in records:
+            if requeued(record):
+                self.due.setdefault(record.key, now + self.first_after_s)
+        due = [record for record in records if requeued(record) and self.due[record.key] <= now]
+        lines: list[str] = []
         if due:
             try:
                 with holding_lease(store, operation):
                     for record in due:
-                        self._reconcile(project, store, record, now)
+                        launched = self._reconcile(project, store, record, now)
+                        if launched:
+                            lines.append(f"{record.key}: launched {launched}")
             except LeaseHeld:
                 pass  # an apply is reconciling them now; the next look goes on
-        lines: list[str] = []
-        for key in (record.key for record in records):
-            record = store.get(key)
-            if record is None or (not requeued(record) and key not in self.said):
-                continue
-            text = waiting_line(record)
-            if self.said.get(key) != text:
+        for key in followed:
+            found = store.get(key)
+            waiting = found is not None and requeued(found)
+            if found is not None and (waiting or key in self.said):
+                text = waiting_line(found)
+                if self.said.get(key) != text:
+                    lines.append(text)
                 self.said[key] = text
-                lines.append(text)
-            if not requeued(record):
-                self.said.pop(key)  # followed by the wait's other lines from now on
+            if not waiting:  # launched, failed or gone: the wait's other lines follow it from now on
+                self.said.pop(key, None)
                 self.due.pop(key, None)
         return lines
 
@@ -193,10 +209,11 @@ class Requeues:
             return None
         return max(0.0, min(self.due.values()) - self.clock())
 
-    def _reconcile(self, project: Project, store: StateStore, record: ResourceRecord, now: float) -> None:
+    def _reconcile(self, project: Project, store: StateStore, record: ResourceRecord, now: float) -> str | None:
+        """The record's controller run again, its status written; the launch key if it launched."""
         fresh = store.get(record.key)  # under the lease now: what an apply may have written meanwhile
         if fresh is None or not requeued(fresh):
-            return
+            return None
         result = registry.reconcile(fresh, Context(project, store, action="requeue"))
         status = dict(result.status)
         if fresh.status.get("source") and "source" not in status:
@@ -206,3 +223,4 @@ class Requeues:
             self.due[record.key] = now + result.after_s
         else:
             self.due.pop(record.key, None)
+        return result.launched
