@@ -75,7 +75,7 @@ def recover(jobs: Executor, record: ResourceRecord) -> list[str]:
     restarts = attempt - 1
     if restarts < allowed:
         jobs.restart(project, name)
-        return [f"its supervisor was lost: restarted it (attempt {attempt + 1}, restart {restarts + 1} of {allowed})"]
+        return [f"its supervisor was lost: restarted it (attempt {attempt + 1})"]
     message = (
         f"the supervisor was lost on attempt {attempt}; spec.recovery.maxAttempts {allowed} allows no more restarts"
     )
