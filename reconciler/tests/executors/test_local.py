@@ -198,8 +198,11 @@ def test_a_killed_supervisor_is_noticed_and_recovery_resumes_from_the_checkpoint
     assert _gone([trainer])  # the kernel ended the trainer with its supervisor
     at_loss = jobs.checkpoint()
     assert jobs.status()["phase"] == RUNNING  # nobody recorded anything: the supervisor died
-    assert jobs.executor.recover(PROJECT, "tj") == PENDING
-    assert jobs.executor.recover(PROJECT, "tj") in (PENDING, RUNNING)  # a second call finds it alive
+    assert jobs.executor.observe(PROJECT, "tj").lost
+    jobs.executor.restart(PROJECT, "tj")
+    assert jobs.status()["phase"] in (PENDING, RUNNING) and jobs.status()["attempt"] == 2
+    jobs.executor.restart(PROJECT, "tj")  # a second call finds it alive: no attempt 3
+    assert jobs.executor.spec_of(PROJECT, "tj").attempt == 2
 
     status = jobs.wait()
     assert status["phase"] == SUCCEEDED, status.get("message")
@@ -232,7 +235,7 @@ def test_a_supervisor_told_to_stop_stops_its_trainer_and_leaves_the_job_to_recov
     assert jobs.status()["phase"] == CANCELLED
 
 
-def test_a_hung_supervisor_is_killed_and_the_job_fails_when_no_attempts_are_left(jobs: Any, make_jobs: Any) -> None:
+def test_a_hung_supervisor_is_killed_and_the_job_fails_when_abandoned(jobs: Any) -> None:
     jobs.launch(jobs.spec(parameters={"steps": 200, "sleepS": 0.1}))
     jobs.until(lambda: jobs.status().get("step") is not None, "a training step")
     status = jobs.status()
@@ -241,12 +244,13 @@ def test_a_hung_supervisor_is_killed_and_the_job_fails_when_no_attempts_are_left
     os.kill(supervisor[0], signal.SIGSTOP)  # alive and holding its lock, but no heartbeat
     jobs.until(lambda: not jobs.executor.is_alive(PROJECT, "tj"), "the stale heartbeat to be noticed", 30)
 
-    once = make_jobs(max_attempts=1)
-    assert once.executor.recover(PROJECT, "tj") == FAILED
+    assert jobs.executor.observe(PROJECT, "tj").lost
+    jobs.executor.abandon(PROJECT, "tj", "SupervisorLost", "the supervisor was lost on attempt 1; no restarts")
     assert _gone([supervisor, trainer])
     status = jobs.status()
     assert status["phase"] == FAILED and status["reason"] == "SupervisorLost"
-    assert "attempt 1 of 1" in status["message"]
+    assert status["message"] == "the supervisor was lost on attempt 1; no restarts"
+    assert not jobs.executor.observe(PROJECT, "tj").lost
 
 
 def test_a_cap_reached_mid_run_suspends_and_raising_it_resumes_from_the_checkpoint(jobs: Any) -> None:

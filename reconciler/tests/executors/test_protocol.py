@@ -94,16 +94,25 @@ def test_the_fake_keeps_the_contracts_for_a_missing_job_and_a_job_that_is_over(t
         fake.copy_outputs("default", "run", [("results.json", tmp_path / "r.json")], label="TrainingJob/run")
 
 
-def test_a_lost_session_is_recovered_up_to_max_attempts_then_supervisor_lost() -> None:
-    fake = FakeExecutor(max_attempts=2)
+def test_a_lost_session_is_observed_and_restart_or_abandon_act_only_on_a_lost_job() -> None:
+    fake = FakeExecutor()
     fake.launch(spec())
     fake.set_phase("default", "run", "Running")
+    fake.restart("default", "run")  # alive: nothing to restart
+    assert not fake.observe("default", "run").lost and fake.spec_of("default", "run").attempt == 1
     fake.lose("default", "run")
-    assert not fake.is_alive("default", "run")
-    assert fake.recover("default", "run") == "Pending" and fake.spec_of("default", "run").attempt == 2
+    assert not fake.is_alive("default", "run") and fake.observe("default", "run").lost
+    fake.restart("default", "run")
+    seen = fake.observe("default", "run")
+    assert (seen.phase, seen.reason, seen.attempt, seen.lost) == ("Pending", "SupervisorLost", 2, False)
+    fake.restart("default", "run")  # a second call finds it alive: no attempt 3
+    assert fake.spec_of("default", "run").attempt == 2
     fake.lose("default", "run")
-    assert fake.recover("default", "run") == "Failed"
-    assert fake.observe("default", "run").reason == "SupervisorLost"
+    fake.abandon("default", "run", "SupervisorLost", "given up")
+    seen = fake.observe("default", "run")
+    assert (seen.phase, seen.reason, seen.message, seen.lost) == ("Failed", "SupervisorLost", "given up", False)
+    fake.restart("default", "run")  # over: nothing
+    assert fake.observe("default", "run").phase == "Failed"
 
 
 def test_a_new_generation_keeps_the_earlier_ones_readable_and_wait_for_observes() -> None:

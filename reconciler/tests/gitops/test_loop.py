@@ -31,14 +31,18 @@ class Passes:
 def run(monkeypatch: pytest.MonkeyPatch, home: Project, passes: Passes, **options: Any) -> tuple[int, list[str]]:
     monkeypatch.setattr(loop, "sync_pass", passes)
     told: list[str] = []
-    code = loop.run(
-        None,  # type: ignore[arg-type]
-        home,
-        None,  # type: ignore[arg-type]
-        notify=lambda event, text: told.append(text),
-        reported=lambda report: told.append(report.outcome),
-        **options,
-    )
+    store = home.open_state()  # between passes the loop looks for requeued jobs in it
+    try:
+        code = loop.run(
+            None,  # type: ignore[arg-type]
+            home,
+            store,
+            notify=lambda event, text: told.append(text),
+            reported=lambda report: told.append(report.outcome),
+            **options,
+        )
+    finally:
+        store.close()
     return code, told
 
 

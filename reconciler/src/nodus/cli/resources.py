@@ -34,6 +34,7 @@ from nodus.reconciler.state.records import (
 )
 from nodus.reconciler.views import columns, jsonpath
 from nodus.reconciler.views import results as results_view
+from nodus.reconciler.waiting import Requeues
 
 _OUTPUT = click.STRING
 
@@ -300,9 +301,12 @@ def wait(
     deadline = time.monotonic() + parse_duration(timeout).total_seconds()
     project, store = _open(path, state)
     key = ResourceKey(kind, namespace or DEFAULT_PROJECT, name)
+    requeues = Requeues()  # a job waiting on a dependency: said, and reconciled again after its delay
     try:
         _refresh(project, store, f"nodus wait {target}")
         while True:
+            for text in requeues.look(project, store, [key], f"nodus wait {target}"):
+                err_line(text)
             record = store.get(key)
             if record is None:
                 raise ConfigError(f"{kind}/{name} not found")

@@ -5,9 +5,9 @@ Who calls it: where the reconcile loop runs, under the apply lease: `nodus refre
 Never `nodus get` or `describe`: those are pure reads.
 
 What happens is the controllers' (`Controller.observe`, through `nodus.reconciler.controllers.registry`): a
-job whose supervisor is gone is recovered (`LocalExecutor.recover`: resumed from its state folder while
-attempts are left, else Failed with reason SupervisorLost); a TrainingJob that Succeeded with `spec.exportTo`
-has its outputs exported (`nodus.reconciler.controllers.export`). Nothing new is launched here.
+job whose supervisor is gone is recovered (`controllers/runs.recover`: restarted from its state folder while
+`spec.recovery.maxAttempts` allows, else Failed with reason SupervisorLost); a TrainingJob that Succeeded with
+`spec.exportTo` has its outputs exported (`nodus.reconciler.controllers.export`). Nothing new is launched here.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ attempt, ConfigError for a missing job or generation, nothing done to a job that
     fake.set_phase("default", "run", "Running", stage="Training", step=3)
     fake.finish("default", "run", outputs={"results.json": b"{}"})   # Succeeded, outputs recorded
     assert fake.calls[0] == ("launch", "default", "run", 1, 1)
-    fake.lose("default", "run")                                  # its session is lost: is_alive is False
+    fake.lose("default", "run")                                  # its session is lost: observe(...).lost
+    fake.restart("default", "run")                               # attempt 2, Pending (SupervisorLost)
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from nodus.reconciler.executors import (
 )
 
 ENDED = frozenset({"Succeeded", "Failed", "Cancelled"})
+LIVE = frozenset({"Pending", "Running"})
+"""Phases whose job should have a live session: one without is lost."""
 
 
 @dataclass
@@ -69,11 +72,10 @@ class FakeLog:
 
 
 class FakeExecutor:
-    """Jobs in memory. `calls` lists every act as (method, project, name, ...); `max_attempts` is recover's limit."""
+    """Jobs in memory. `calls` lists every act as (method, project, name, ...)."""
 
-    def __init__(self, *, capabilities: Capabilities | None = None, max_attempts: int = 3) -> None:
+    def __init__(self, *, capabilities: Capabilities | None = None) -> None:
         self._capabilities = capabilities or Capabilities()
-        self.max_attempts = max_attempts
         self.jobs: dict[tuple[str, str], list[FakeRun]] = {}
         """Every generation of each job, oldest first; the last is the one launched last."""
         self.calls: list[tuple[Any, ...]] = []
@@ -147,20 +149,20 @@ class FakeExecutor:
             self._set(run, "Pending", reason="Resumed")
             run.alive = True
 
-    def recover(self, project: str, name: str) -> str:
-        self.calls.append(("recover", project, name))
+    def restart(self, project: str, name: str) -> None:
+        self.calls.append(("restart", project, name))
         run = self._run(project, name)
-        phase = str(run.status.get("phase"))
-        if phase in ENDED or phase == "Suspended" or run.alive:
-            return phase
-        if run.spec.attempt >= self.max_attempts:
-            message = f"the supervisor was lost on attempt {run.spec.attempt} of {self.max_attempts}; giving up"
-            self._set(run, "Failed", reason="SupervisorLost", message=message)
-            return "Failed"
+        if not self._lost(run):
+            return
         run.spec = dataclasses.replace(run.spec, attempt=run.spec.attempt + 1)
         run.alive = True
-        self._set(run, "Pending", reason="SupervisorLost", attempt=run.spec.attempt)
-        return "Pending"
+        self._set(run, "Pending", reason="SupervisorLost", message=None, attempt=run.spec.attempt)
+
+    def abandon(self, project: str, name: str, reason: str, message: str) -> None:
+        self.calls.append(("abandon", project, name, reason))
+        run = self._run(project, name)
+        if self._lost(run):
+            self._set(run, "Failed", reason=reason, message=message, finishedAt=time.time())
 
     # --- the protocol: reads ---------------------------------------------------------------------
 
@@ -168,7 +170,8 @@ class FakeExecutor:
         return bool(self.jobs.get((project, name)))
 
     def observe(self, project: str, name: str, generation: int | None = None) -> Observation:
-        return Observation.of(self._run(project, name, generation).status)
+        run = self._run(project, name, generation)
+        return Observation.of(run.status, lost=generation is None and self._lost(run))
 
     def is_alive(self, project: str, name: str) -> bool:
         run = self._run(project, name)
@@ -254,7 +257,8 @@ class FakeExecutor:
         self._set(run, phase, reason=reason, finishedAt=time.time(), **fields)
 
     def lose(self, project: str, name: str) -> None:
-        """The job's session is gone (a killed supervisor): `is_alive` is False until `recover`."""
+        """The job's session is gone (a killed supervisor): `is_alive` is False, and while the job is Pending or
+        Running `observe` says `lost`, until `restart` (or `abandon`)."""
         run = self._run(project, name)
         run.alive = False
         run.status["heartbeatAt"] = time.time() - 3600.0
@@ -281,6 +285,9 @@ class FakeExecutor:
                 return run
         known = ", ".join(str(run.spec.generation) for run in runs)
         raise ConfigError(f"job {project}/{name} has no generation {generation} (generations: {known})")
+
+    def _lost(self, run: FakeRun) -> bool:
+        return not run.alive and run.status.get("phase") in LIVE
 
     def _set(self, run: FakeRun, phase: str, **fields: Any) -> None:
         update = {_camel(key): value for key, value in fields.items()}

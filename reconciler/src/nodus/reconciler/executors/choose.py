@@ -2,11 +2,17 @@
 
 Who calls it: `nodus.reconciler.controllers.trainingjob.executor`, which every controller, `refresh`, the CLI
 and the SDK go through. Adding an executor is one module implementing `Executor` and one entry here.
+
+`bound(jobs_root, executor)` is the seam for tests (and anything embedding nodus): while it is entered, every
+choice for the project whose jobs live in `jobs_root` is that executor, whatever nodus.yaml names, so the
+controllers' decisions run on a `nodus.testing.fake_executor.FakeExecutor` through the same apply path the CLI
+takes. Nothing is bound outside such a block.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
@@ -22,9 +28,29 @@ EXECUTORS: Final[dict[str, Factory]] = {
     "local": lambda jobs_root, record_wire: LocalExecutor(jobs_root, record_wire=record_wire),
 }
 
+_BOUND: dict[Path, Executor] = {}
+"""Executors bound to a project's jobs folder by `bound`, by resolved path."""
+
+
+@contextmanager
+def bound(jobs_root: Path, executor: Executor) -> Iterator[Executor]:
+    """`executor` for the project whose jobs live in `jobs_root`, for the `with` block (not nested per folder)."""
+    key = jobs_root.resolve()
+    if key in _BOUND:
+        raise ValueError(f"an executor is bound to {jobs_root} already")
+    _BOUND[key] = executor
+    try:
+        yield executor
+    finally:
+        del _BOUND[key]
+
 
 def choose_executor(name: str, jobs_root: Path, *, record_wire: bool = False) -> Executor:
-    """The executor called `name` for a project whose local job state lives in `jobs_root`."""
+    """The executor called `name` for a project whose local job state lives in `jobs_root` (the one `bound` to
+    that folder while a `bound` block is entered)."""
+    found = _BOUND.get(jobs_root.resolve()) if _BOUND else None
+    if found is not None:
+        return found
     factory = EXECUTORS.get(name)
     if factory is None:
         known = ", ".join(sorted(EXECUTORS))

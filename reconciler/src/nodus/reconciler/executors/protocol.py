@@ -7,12 +7,15 @@ this machine) and `nodus.testing.fake_executor.FakeExecutor` (in memory, driven 
 uses is `executor:` in its nodus.yaml (`executors/choose.py`).
 
 A job is named by (project, name). Its runs are generations (a replacement of the resource is a new one) and
-attempts (restarts of one generation after a lost session). Each method says what it does when there is no
-such job, so that a caller never has to look behind the seam:
+attempts (restarts of one generation after a lost session). A lost session is reported, never acted on, by the
+executor: `observe` says `lost`, and the controller decides from the resource's `spec.recovery.maxAttempts`
+whether to `restart` the job or `abandon` it (`controllers/runs.py`). Each method says what it does when there
+is no such job, so that a caller never has to look behind the seam:
 
 - reads of a job that does not exist (`observe`, `spec_of`, `logs`, `outputs`, `events`, `gradings`,
   `is_alive`) raise ConfigError naming the job; `exists` is the one that never raises;
-- acts on a job that is over (`cancel`, `suspend` of a Succeeded, Failed or Cancelled job) do nothing;
+- acts on a job that is over (`cancel`, `suspend` of a Succeeded, Failed or Cancelled job) do nothing, and so
+  do `restart` and `abandon` of a job that is not lost;
 - `launch` of a (generation, attempt) already launched, or an earlier one, starts nothing.
 
 Everything returned is a snapshot: a later call sees what changed since.
@@ -72,14 +75,18 @@ class Observation:
     events: tuple[Mapping[str, Any], ...] = ()
     """The job's recent events, oldest first."""
     raw: Mapping[str, Any] = field(default_factory=dict)
+    lost: bool = False
+    """The job's session is gone while its phase says it runs (Pending or Running, as last recorded): nothing
+    will move it on until the controller calls `restart` or `abandon`. Always False for an earlier generation."""
 
     @property
     def ended(self) -> bool:
         return self.phase in ENDED_PHASES
 
     @classmethod
-    def of(cls, status: Mapping[str, Any], *, now: float | None = None) -> Observation:
-        """The observation of a status record as the local session writes it (status.json's camelCase)."""
+    def of(cls, status: Mapping[str, Any], *, now: float | None = None, lost: bool = False) -> Observation:
+        """The observation of a status record as the local session writes it (status.json's camelCase); `lost`:
+        the executor found no live session for a job recorded as running."""
         heartbeat = status.get("heartbeatAt")
         age = None
         if isinstance(heartbeat, int | float) and heartbeat > 0:
@@ -103,6 +110,7 @@ class Observation:
             diagnostics=status.get("diagnostics"),
             events=tuple(event for event in status.get("events") or () if isinstance(event, Mapping)),
             raw=dict(status),
+            lost=lost,
         )
 
 
@@ -179,13 +187,14 @@ class Executor(Protocol):
         ...
 
     def observe(self, project: str, name: str, generation: int | None = None) -> Observation:
-        """The job's state now: of the generation launched last (None), or how an earlier one ended.
-        ConfigError when there is no such job or generation."""
+        """The job's state now: of the generation launched last (None), or how an earlier one ended; `lost` when
+        the last one's session is gone while it is recorded Pending or Running. ConfigError when there is no such
+        job or generation."""
         ...
 
     def is_alive(self, project: str, name: str) -> bool:
         """Whether the job's session is running and heartbeating (or just starting). False for a job whose
-        session is lost: `recover` it. ConfigError when there is no such job."""
+        session is lost (`observe` says so: `restart` or `abandon` it). ConfigError when there is no such job."""
         ...
 
     def spec_of(self, project: str, name: str) -> JobSpec:
@@ -209,10 +218,17 @@ class Executor(Protocol):
         such job."""
         ...
 
-    def recover(self, project: str, name: str) -> str:
-        """For a job whose session is lost: restart it (attempt + 1, same state) while attempts are left, else
-        record Failed with reason SupervisorLost. The phase after; a no-op for a live, ended or suspended job.
-        ConfigError when there is no such job."""
+    def restart(self, project: str, name: str) -> None:
+        """For a job observed `lost`: end what is left of its session and start it again as attempt + 1 of the
+        same generation, from the same state (checkpoints, cost so far); the job is Pending with reason
+        SupervisorLost. Nothing for a job that is not lost (alive, over or Suspended): a second call, or one
+        racing another process, starts nothing twice. ConfigError when there is no such job."""
+        ...
+
+    def abandon(self, project: str, name: str, reason: str, message: str) -> None:
+        """For a job observed `lost` that is not to be restarted: end what is left of its session and record it
+        Failed with `reason` and `message` (the controller's words: SupervisorLost, attempts used). Nothing for a
+        job that is not lost. ConfigError when there is no such job."""
         ...
 
     def logs(self, project: str, name: str, generation: int | None = None) -> LogReader:

@@ -7,6 +7,10 @@ SIGTERM or SIGINT ends the loop: at once while it waits, after the pass while on
 apply cut off half-way is safe to repeat, but finishing it is tidier). A second signal during a pass abandons
 it (KeyboardInterrupt): the lease is released on the way out, the summary still says Running, and the next
 controller applies that revision again (`nodus.reconciler.gitops.sync` says why nothing is lost).
+
+Between passes, a job that waits on a dependency (its controller returned `Requeue`) is reconciled again when
+its requeue delay is over, not only at the next pass (which, in sync, would not look at it at all), and not
+more often (`nodus.reconciler.waiting.Requeues`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from types import FrameType
 from nodus.reconciler.gitops.sync import Notify, PassReport, Target, sync_pass
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import StateStore
+from nodus.reconciler.waiting import Requeues, requeued_keys
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 TICK_S = 0.2
@@ -73,6 +78,7 @@ def run(
 ) -> int:
     """Sync every `interval_s` until stopped (or once); the exit status: 0, or 1 when `once` and the pass failed."""
     stop = Stop()
+    requeues = Requeues()
     with stop.installed():
         while True:
             started = time.monotonic()
@@ -84,7 +90,22 @@ def run(
             reported(report)
             if once:
                 return 0 if report.ok else 1
-            stop.sleep(interval_s - (time.monotonic() - started))
+            between_passes(stop, requeues, home, store, interval_s - (time.monotonic() - started), notify)
             if stop.requested:
                 notify("stopped", f"{stop.requested}: stopped")
                 return 0
+
+
+def between_passes(
+    stop: Stop, requeues: Requeues, home: Project, store: StateStore, seconds: float, notify: Notify
+) -> None:
+    """Wait `seconds` (less when stopped), waking when a requeued job is due to reconcile it again."""
+    deadline = time.monotonic() + seconds
+    while not stop.requested:
+        for text in requeues.look(home, store, requeued_keys(store), "nodus controller: requeue"):
+            notify("resource", text)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        due = requeues.next_due()
+        stop.sleep(left if due is None else min(left, max(due, TICK_S)))

@@ -9,7 +9,9 @@ started:
     executor.launch(spec)                      # idempotent per (generation, attempt)
     executor.status("proj", "tj-1")            # status.json as the supervisor wrote it
     executor.is_alive("proj", "tj-1")          # supervisor running and heartbeating
-    executor.recover("proj", "tj-1")           # a lost supervisor: restart from the state folder, or fail
+    executor.observe("proj", "tj-1").lost      # recorded Pending/Running, and no live supervisor
+    executor.restart("proj", "tj-1")           # a lost one: attempt + 1 from the state folder
+    executor.abandon("proj", "tj-1", "SupervisorLost", "...")   # a lost one: Failed (the controller decides)
     executor.observe / spec_of / logs / outputs / copy_outputs / events / gradings   # the protocol's reads
     executor.suspend / resume / cancel
 
@@ -45,6 +47,7 @@ from .job import (
     LAUNCHED,
     PENDING,
     RESUMED,
+    RUNNING,
     SUPERVISOR_LOST,
     SUSPEND_REQUESTED,
     SUSPENDED,
@@ -82,6 +85,8 @@ KEEP_ON_SET_ASIDE: Final = frozenset({".executor.lock", "supervisor.lock", "gene
 and the spec, which the next launch overwrites (until then it says which generation the folder holds)."""
 LOCAL_CAPABILITIES: Final = Capabilities(gangs=False, gpu_types=(), services=False)
 """Processes on this machine: no gangs, no GPU placement, no services (yet)."""
+LIVE_PHASES: Final = frozenset({PENDING, RUNNING})
+"""Phases in which a job's supervisor should be alive: a job in one without it is lost."""
 SET_ASIDE: Final = ("outputs", "outputs.json", "logs", "input", "status.json")
 """What a finished generation keeps in `generations/<N>/`: what a user may still want (its results, its logs,
 what it was given and how it ended). Its `state/` (checkpoints, only for resuming it) is removed."""
@@ -97,13 +102,11 @@ class LocalExecutor:
         *,
         python: str = sys.executable,
         record_wire: bool = False,
-        max_attempts: int = 3,
     ) -> None:
         self.jobs_root = jobs_root
         self.grading = grading or GradingSettings()
         self.python = python
         self.record_wire = record_wire
-        self.max_attempts = max_attempts
 
     @property
     def capabilities(self) -> Capabilities:
@@ -201,9 +204,11 @@ class LocalExecutor:
             time.sleep(0.05)
 
     def observe(self, project: str, name: str, generation: int | None = None) -> Observation:
-        """The job's status.json (of `generation`, when it is an earlier one), typed: the protocol's view."""
+        """The job's status.json (of `generation`, when it is an earlier one), typed: the protocol's view; `lost`
+        when it is recorded Pending or Running and its supervisor is not alive."""
         if generation is None:
-            return Observation.of(self.status(project, name))
+            status = self.status(project, name)
+            return Observation.of(status, lost=self._lost(project, name, status))
         return Observation.of(self.generation_files(project, name, generation).read_status())
 
     def spec_of(self, project: str, name: str) -> JobSpec:
@@ -303,29 +308,43 @@ class LocalExecutor:
             self._prepare(files, spec, status, RESUMED)
             self._spawn(files, spec)
 
-    def recover(self, project: str, name: str) -> str:
-        """For a job whose supervisor is lost: restart it (attempt + 1, same state folder) while attempts are
-        left, else record Failed with reason SupervisorLost. Returns the phase after; a no-op when the
-        supervisor is alive or the job is over or Suspended."""
+    def restart(self, project: str, name: str) -> None:
+        """A lost supervisor's job started again: attempt + 1 with the same state folder (the trainer resumes
+        from its checkpoint) and the cost so far. What is left of the lost one (a hung supervisor, its trainer,
+        the trainer's container) is ended first. Nothing when the job is not lost (checked under the lock)."""
         files = self._existing(project, name)
         with locked(files.executor_lock):
             status = files.read_status()
-            phase = str(status.get("phase"))
-            if phase in TERMINAL or phase == SUSPENDED or self.is_alive(project, name):
-                return phase
-            _end_supervisor(files, status)
-            _end_trainer(status)
-            spec = files.read_spec()
-            if spec.image is not None:
-                trainer_container.remove(files)  # the kernel killed podman's client with the supervisor, not it
-            if spec.attempt >= self.max_attempts:
-                message = f"the supervisor was lost on attempt {spec.attempt} of {self.max_attempts}; giving up"
-                _record(files, SUPERVISOR_LOST, {"phase": FAILED, "reason": SUPERVISOR_LOST, "message": message})
-                return FAILED
+            if not self._lost(project, name, status):
+                return
+            spec = self._end_lost(files, status)
             restarted = dataclasses.replace(spec, attempt=spec.attempt + 1)
             self._prepare(files, restarted, status, SUPERVISOR_LOST)
             self._spawn(files, restarted)
-            return PENDING
+
+    def abandon(self, project: str, name: str, reason: str, message: str) -> None:
+        """A lost supervisor's job recorded Failed with `reason` and `message`, after what is left of it is
+        ended. Nothing when the job is not lost (checked under the lock)."""
+        files = self._existing(project, name)
+        with locked(files.executor_lock):
+            status = files.read_status()
+            if not self._lost(project, name, status):
+                return
+            self._end_lost(files, status)
+            _record(files, reason, {"phase": FAILED, "reason": reason, "message": message})
+
+    def _lost(self, project: str, name: str, status: dict[str, Any]) -> bool:
+        """Recorded as running (Pending or Running) with no live supervisor: nothing will move it on by itself."""
+        return status.get("phase") in LIVE_PHASES and not self.is_alive(project, name)
+
+    def _end_lost(self, files: JobFiles, status: dict[str, Any]) -> JobSpec:
+        """Whatever a lost supervisor left running: itself (hung), its trainer, the trainer's container. Its spec."""
+        _end_supervisor(files, status)
+        _end_trainer(status)
+        spec = files.read_spec()
+        if spec.image is not None:
+            trainer_container.remove(files)  # the kernel killed podman's client with the supervisor, not it
+        return spec
 
     # --- internals ---------------------------------------------------------------------------------
 
