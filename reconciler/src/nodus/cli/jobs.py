@@ -28,6 +28,7 @@ from nodus.reconciler.executors import Executor, OutputFile
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey
 from nodus.reconciler.views.warnings import failed_grading_lines
+from nodus.specs.status_names import ENDED_PHASES
 
 JOB_KINDS = ("TrainingJob", "Job")
 
@@ -118,7 +119,7 @@ def cp(
     outputs = jobs.outputs(key.project, key.name, generation)
     if outputs is None:
         phase = jobs.observe(key.project, key.name, generation).phase
-        why = "it has not finished" if phase not in ("Succeeded", "Failed", "Cancelled") else f"it ended {phase}"
+        why = "it has not finished" if phase not in ENDED_PHASES else f"it ended {phase}"
         raise ConfigError(f"{label} has no outputs: {why}", hint=_earlier_hint(jobs, key) or None)
     wanted = outputs.files
     copies, root = _copies(relative, wanted, destination, recursive=recursive, label=label, source=source)

@@ -39,6 +39,7 @@ from nodus.reconciler.pricing.costs import PlanCosts
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import ResourceKey, ResourceRecord, StateStore
 from nodus.reconciler.waiting import Outcome
+from nodus.specs.status_names import Phase
 
 RENDERERS = ("json", "markdown", "table")
 PRICES_HELP = "A price table merged over the others (catalog, $NODUS_PRICES, the project's prices.yaml)."
@@ -323,10 +324,10 @@ def progress_lines(record: ResourceRecord) -> list[str]:
 
 def _progress(record: ResourceRecord) -> str:
     """`Running (Training, step 3)`, `Pending (EnvironmentNotReady)`, `Failed`."""
-    phase = str(record.status.get("phase", "Pending"))
+    phase = str(record.status.get("phase", Phase.PENDING))
     stage, reason = record.status.get("stage"), record.status.get("reason")
-    if stage and phase == "Running":
+    if stage and phase == Phase.RUNNING:
         return f"{phase} ({stage}, step {record.status.get('step', 0)})"
-    if reason and phase == "Pending":
+    if reason and phase == Phase.PENDING:
         return f"{phase} ({reason})"
     return phase

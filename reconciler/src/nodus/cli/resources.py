@@ -35,6 +35,7 @@ from nodus.reconciler.state.records import (
 from nodus.reconciler.views import columns, jsonpath
 from nodus.reconciler.views import results as results_view
 from nodus.reconciler.waiting import Requeues
+from nodus.specs.status_names import LIVE_PHASES, Phase
 
 _OUTPUT = click.STRING
 
@@ -60,13 +61,16 @@ def split_target(target: str, name: str | None = None) -> tuple[str, str | None]
     return resolve_kind(kind), name
 
 
+_NO_STATUS = {"phase": Phase.UNKNOWN.value}
+"""What `describe` shows of a resource nothing wrote a status for (plain strings: YAML knows no enums)."""
+
+
 def _open(path: Path | None, state: str | None) -> tuple[Project, StateStore]:
     project = Project.find(path, state=state)
     store = project.open_state(create=False)  # a read: no .nodus/ where there is none
     return project, store
 
 
-LIVE_PHASES = frozenset({"Running", "Pending"})
 SILENT_AFTER_S = 30.0
 """A live job whose supervisor has not heartbeated for this long may be lost (supervisors beat every 5 s)."""
 
@@ -244,7 +248,7 @@ def describe(target: str, name: str | None, namespace: str | None, state: str | 
         line("Spec:")
         line(_indent(yaml.safe_dump(record.spec.get("spec", {}), sort_keys=False)))
         line("Status:")
-        line(_indent(yaml.safe_dump(record.status or {"phase": "Unknown"}, sort_keys=False)))
+        line(_indent(yaml.safe_dump(record.status or _NO_STATUS, sort_keys=False)))
         conditions = [c for c in (record.status or {}).get("conditions") or [] if isinstance(c, dict)]
         if conditions:
             line("Conditions:")
@@ -346,7 +350,7 @@ def cannot_become_true(record: ResourceRecord, store: StateStore, path: str) -> 
     if ended is None:
         return None
     on_phase = path.strip("{}").strip() == ".status.phase"
-    if ended.blocked or on_phase or ended.phase in ("Failed", "Cancelled"):
+    if ended.blocked or on_phase or ended.phase in (Phase.FAILED, Phase.CANCELLED):
         return ended.line().split(": ", 1)[1]
     return None
 

@@ -22,10 +22,11 @@ from nodus.reconciler.project import Project
 from nodus.reconciler.refresh import refresh
 from nodus.reconciler.state.records import ResourceKey
 from nodus.reconciler.views.warnings import unseen
+from nodus.specs.status_names import GradingPhase, Phase, Reason, Stage
 
-ENDED = ("Succeeded", "Failed", "Cancelled", "Suspended")
+ENDED = (Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED, Phase.SUSPENDED)
 """Phases a run stays in until someone acts (a Suspended run resumes when its cap is raised)."""
-PHASES = ("Baseline", "Training", "Evaluation")
+PHASES = tuple(GradingPhase)
 OUTCOMES = {"Correct": "Passed", "Incorrect": "Failed", "InvalidOutput": "Failed", "InfrastructureFailure": "Unscored"}
 METRICS = ("reward", "loss", "kl")
 
@@ -172,7 +173,7 @@ class Run:
                 continue
             graded = Record(
                 taskId=task,
-                phase=str(record.get("phase", "Training")),
+                phase=str(record.get("phase", GradingPhase.TRAINING)),
                 verdict=verdict,
                 reward=record.get("reward"),
                 outcome=OUTCOMES[str(verdict)],
@@ -222,13 +223,13 @@ def _show_status(status: Record, shown: dict[str, Any], out: TextIO) -> None:
     """A line when the run's phase (or its reason while it waits) changes, and stages the trainer does not
     report (CachingModel while the model is imported)."""
     phase, reason = status.get("phase"), status.get("reason")
-    waiting = reason and phase == "Pending" and reason != "Launched"  # why it waits: ModelNotCached, ...
+    waiting = reason and phase == Phase.PENDING and reason != Reason.LAUNCHED  # why it waits: ModelNotCached, ...
     text = f"{phase}" + (f" ({reason}: {status.get('message', '')})" if waiting else "")
     if shown.get("phase") != text and phase not in ENDED:
         shown["phase"] = text
         print(text, file=out, flush=True)
     stage = status.get("stage")
-    if stage == "CachingModel" and shown.get("stage") != stage:
+    if stage == Stage.CACHING_MODEL and shown.get("stage") != stage:
         shown["stage"] = stage
         print("stage CachingModel", file=out, flush=True)
 

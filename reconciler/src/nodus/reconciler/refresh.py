@@ -21,6 +21,7 @@ from nodus.reconciler.controllers.registry import REGISTRY, Registry
 from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceKey, StateStore
+from nodus.specs.status_names import Phase
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class Change:
         """`TrainingJob/x: Running -> Succeeded`, or `TrainingJob/x: Running (stage Training, step 3/8)`, then
         one line per note (`TrainingJob/x: its supervisor was lost: restarted it (attempt 2)`)."""
         before, after = self.before.get("phase") or "-", self.after.get("phase") or "-"
-        reason = f" ({self.after['reason']})" if self.after.get("reason") and after != "Running" else ""
+        reason = f" ({self.after['reason']})" if self.after.get("reason") and after != Phase.RUNNING else ""
         if before != after:
             head = f"{self.key}: {before} -> {after}{reason}"
         else:

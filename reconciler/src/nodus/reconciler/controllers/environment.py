@@ -24,6 +24,7 @@ from nodus.builder.lockfile import Lock
 from nodus.builder.oci import read_image, tags_of
 from nodus.builder.sandbox import load_image
 from nodus.errors import BuildError
+from nodus.specs.status_names import Phase, Reason
 
 JSONObject = dict[str, Any]
 Builder = Callable[[Path], tuple[bool, str]]
@@ -36,19 +37,19 @@ def environment_status(document: JSONObject, *, lock: Lock, images: Path) -> JSO
     entry = lock.get(name, version)
     if entry is None:
         return {
-            "phase": "Pending",
-            "reason": "ImageNotBuilt",
+            "phase": Phase.PENDING,
+            "reason": Reason.IMAGE_NOT_BUILT,
             "message": f"{name}@{version} is not in {lock.path.name}: run nodus-build, or nodus apply --build",
         }
     if not tags_of(images, entry.image):
         return {
-            "phase": "Pending",
-            "reason": "ImageMissing",
+            "phase": Phase.PENDING,
+            "reason": Reason.IMAGE_MISSING,
             "message": f"image {entry.image} of {name}@{version} is not in the local store: run nodus-build",
             "image": entry.image,
         }
     status: JSONObject = {
-        "phase": "Ready",
+        "phase": Phase.READY,
         "image": entry.image,
         "splits": dict(entry.splits),
         "manifests": dict(entry.manifests),
@@ -57,8 +58,8 @@ def environment_status(document: JSONObject, *, lock: Lock, images: Path) -> JSO
     return status
 
 
-NO_CONTAINER_RUNTIME = "NoContainerRuntime"
-IMAGE_NOT_LOADED = "ImageNotLoaded"
+NO_CONTAINER_RUNTIME = Reason.NO_CONTAINER_RUNTIME
+IMAGE_NOT_LOADED = Reason.IMAGE_NOT_LOADED
 PODMAN_HINT = "Debian: apt-get install podman runc uidmap"
 
 
@@ -85,9 +86,9 @@ def reconcile_environment(
 ) -> JSONObject:
     """Status after building when asked (`build`) and needed; a failed build is `Failed`/`BuildFailed`."""
     status = environment_status(document, lock=Lock.load(lock_path), images=images)
-    if status["phase"] == "Ready" or build is None or spec_file is None:
+    if status["phase"] == Phase.READY or build is None or spec_file is None:
         return status
     ok, message = build(spec_file)
     if not ok:
-        return {"phase": "Failed", "reason": "BuildFailed", "message": message}
+        return {"phase": Phase.FAILED, "reason": Reason.BUILD_FAILED, "message": message}
     return environment_status(document, lock=Lock.load(lock_path), images=images)

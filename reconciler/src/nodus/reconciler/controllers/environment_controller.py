@@ -14,16 +14,17 @@ from nodus.builder import build as builder
 from nodus.reconciler.controllers.base import Context, ControllerBase, Done
 from nodus.reconciler.controllers.environment import reconcile_environment
 from nodus.reconciler.state.records import JSONObject, ResourceRecord
+from nodus.specs.status_names import Phase, Reason
 
 
 class EnvironmentController(ControllerBase):
     kind = "Environment"
-    failure_reason = "BuildFailed"
+    failure_reason: str = Reason.BUILD_FAILED
 
     def reconcile(self, record: ResourceRecord, context: Context) -> Done:
         status = _reconcile(record.spec, context)
         notes: list[str] = []
-        if status.get("phase") != "Ready":
+        if status.get("phase") != Phase.READY:
             notes.append(f"{status.get('phase')}: {status.get('message', status.get('reason', ''))}")
         return Done(status, notes=notes)
 

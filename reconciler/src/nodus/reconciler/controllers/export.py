@@ -30,10 +30,11 @@ from nodus.reconciler.executors import Executor, OutputManifest, locked
 from nodus.reconciler.model_cache import MANIFEST
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore
+from nodus.specs.status_names import Phase, Reason
 
-EXPORTED = "Exported"
-PENDING = "Pending"
-FAILED = "Failed"
+EXPORTED = Phase.EXPORTED
+PENDING = Phase.PENDING
+FAILED = Phase.FAILED
 
 
 def exported_status(
@@ -42,7 +43,7 @@ def exported_status(
     """`status` with its `export` field: kept when this generation's export is done (or failed), else the
     export carried out now. Unchanged for a job without `spec.exportTo` or that has not Succeeded."""
     target = (record.spec.get("spec") or {}).get("exportTo")
-    if not target or status.get("phase") != "Succeeded":
+    if not target or status.get("phase") != Phase.SUCCEEDED:
         return status
     generation = int(record.status.get("launchGeneration") or record.generation)
     previous = record.status.get("export")
@@ -64,17 +65,17 @@ def _export(
 ) -> JSONObject:
     volume = store.get(volume_key)
     if volume is None:
-        return _failed("VolumeNotFound", f"Volume {volume_key.project}/{volume_key.name} does not exist")
-    if volume.status.get("phase") != "Ready":
-        message = f"Volume {volume_key.name} is {volume.status.get('phase', 'Pending')}; the export waits for it"
-        return {"phase": PENDING, "reason": "VolumeNotReady", "message": message}
+        return _failed(Reason.VOLUME_NOT_FOUND, f"Volume {volume_key.project}/{volume_key.name} does not exist")
+    if volume.status.get("phase") != Phase.READY:
+        message = f"Volume {volume_key.name} is {volume.status.get('phase', PENDING)}; the export waits for it"
+        return {"phase": PENDING, "reason": Reason.VOLUME_NOT_READY, "message": message}
     outputs = jobs.outputs(record.key.project, record.key.name)
     if outputs is None:
-        return _failed("NoOutputs", "the run recorded no outputs; nothing was exported")
+        return _failed(Reason.NO_OUTPUTS, "the run recorded no outputs; nothing was exported")
     links = sorted(outputs.skipped)
     if links:
         shown = ", ".join(links[:3]) + (f" and {len(links) - 3} more" if len(links) > 3 else "")
-        return _failed("SymlinkRejected", f"the outputs hold symbolic links ({shown}); nothing was exported")
+        return _failed(Reason.SYMLINK_REJECTED, f"the outputs hold symbolic links ({shown}); nothing was exported")
     revision = int(volume.status.get("revision") or 0) + 1
     folder = volume_path(project, volume, revision)
     if (folder / MANIFEST).is_file():  # a copy an interrupted export finished but did not record: not reused
@@ -83,12 +84,12 @@ def _export(
     try:
         manifest = commit_tree(folder, lambda partial: _copy_outputs(jobs, record, outputs, partial))
     except ConfigError as exc:  # an output changed after it was recorded, or cannot be read
-        return _failed("CopyFailed", str(exc))
+        return _failed(Reason.COPY_FAILED, str(exc))
     limit = size_bytes((volume.spec.get("spec") or {}).get("size"))
     if limit is not None and int(manifest["sizeBytes"]) > limit:
         _remove(folder)
         message = f"{manifest['sizeBytes']} bytes is more than Volume {volume_key.name}'s spec.size"
-        return _failed("SizeExceeded", message)
+        return _failed(Reason.SIZE_EXCEEDED, message)
     store.set_status(
         volume_key,
         {
@@ -109,7 +110,7 @@ def _export(
     }
 
 
-def _failed(reason: str, message: str) -> JSONObject:
+def _failed(reason: Reason, message: str) -> JSONObject:
     return {"phase": FAILED, "reason": reason, "message": message}
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from nodus.reconciler.controllers.base import Context, ControllerBase, Done
 from nodus.reconciler.state.records import ResourceRecord
+from nodus.specs.status_names import Phase
 
 
 class TrainingRuntimeController(ControllerBase):
     kind = "TrainingRuntime"
 
     def reconcile(self, record: ResourceRecord, context: Context) -> Done:
-        return Done({"phase": "Ready"})
+        return Done({"phase": Phase.READY})

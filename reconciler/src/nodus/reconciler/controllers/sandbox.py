@@ -19,11 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nodus.reconciler.state.records import JSONObject
+from nodus.specs.status_names import Phase, Reason
 
 CONTAINER = "container"
 PROCESS = "process"
-REQUESTED = "ProcessModeRequested"
-UNAVAILABLE = "SandboxUnavailable"
+REQUESTED = Reason.PROCESS_MODE_REQUESTED
+UNAVAILABLE = Reason.SANDBOX_UNAVAILABLE
 SETTING = "nodus.yaml grading.sandbox"
 
 
@@ -50,7 +51,7 @@ class Sandbox:
 
     def refusal(self) -> JSONObject:
         """The job's status when refused."""
-        return {"phase": "Failed", "reason": UNAVAILABLE, "message": self.message, "sandbox": self.to_status()}
+        return {"phase": Phase.FAILED, "reason": UNAVAILABLE, "message": self.message, "sandbox": self.to_status()}
 
 
 def choose(setting: str, environment_status: JSONObject) -> Sandbox:
@@ -61,7 +62,7 @@ def choose(setting: str, environment_status: JSONObject) -> Sandbox:
         return Sandbox(CONTAINER)
     found = environment_status.get("sandbox")
     found = found if isinstance(found, dict) else {}
-    reason = str(found.get("reason") or "NoGraderImage")
+    reason = str(found.get("reason") or Reason.NO_GRADER_IMAGE)
     why = str(found.get("message") or "the Environment's image is not in podman's storage on this host")
     if setting == CONTAINER:
         message = f"the project requires container grading ({SETTING}: container), but {why}"

@@ -17,27 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from nodus.reconciler.controllers.stored_only import UNSUPPORTED_PHASE
 from nodus.reconciler.session.summary import GRADING_FAILURES, failures_message
 from nodus.reconciler.state.records import Conflict, Event, JSONObject, ResourceRecord, StateStore
+from nodus.specs.status_names import ADMISSION_REASONS, ConditionType, Phase, Reason
 
-ADMISSION_REASONS = frozenset(
-    {
-        "RuntimeNotFound",
-        "ModeNotSupported",
-        "EnvironmentNotFound",
-        "EnvironmentVersionNotFound",
-        "RuntimeLacksAttemptAPI",
-        "InvalidParameters",
-        "ModelNotPinned",
-        "VolumeNotFound",
-        "VolumeNotWritable",
-        "RuntimeLacksOutputs",
-        "TooFewHeldOutTasks",
-    }
-)
-WARNING_PHASES = frozenset({"Failed", "Suspended", UNSUPPORTED_PHASE})
-WARNING_CONDITIONS = frozenset({("ContainerSandbox", "False"), ("GradingFailures", "True")})
+WARNING_PHASES = frozenset({Phase.FAILED, Phase.SUSPENDED, Phase.UNSUPPORTED})
+WARNING_CONDITIONS = frozenset({(ConditionType.CONTAINER_SANDBOX, "False"), (ConditionType.GRADING_FAILURES, "True")})
 """Conditions whose turning to this value is a Warning event of its own (once per change, like a phase)."""
 
 
@@ -46,41 +31,53 @@ def conditions(kind: str, status: JSONObject) -> list[JSONObject]:
     phase, reason = status.get("phase"), status.get("reason", "")
     message = status.get("message", "")
     if kind == "Environment":
-        ready = phase == "Ready"
-        return [_condition("Ready", ready, "" if ready else reason, "" if ready else message)]
+        ready = phase == Phase.READY
+        return [_condition(ConditionType.READY, ready, "" if ready else reason, "" if ready else message)]
     if kind != "TrainingJob":
         return []
     admitted = reason not in ADMISSION_REASONS
-    found = [_condition("Admitted", admitted, "" if admitted else reason, "" if admitted else message)]
+    found = [_condition(ConditionType.ADMITTED, admitted, "" if admitted else reason, "" if admitted else message)]
     if admitted:
-        waiting = reason == "EnvironmentNotReady"
-        found.append(_condition("EnvironmentReady", not waiting, reason if waiting else "", message if waiting else ""))
-    found.append(_condition("Succeeded", phase == "Succeeded", reason if phase in ("Failed", "Cancelled") else "", ""))
-    if phase == "Suspended":
-        found.append(_condition("Suspended", True, reason, message))
+        waiting = reason == Reason.ENVIRONMENT_NOT_READY
+        found.append(
+            _condition(
+                ConditionType.ENVIRONMENT_READY, not waiting, reason if waiting else "", message if waiting else ""
+            )
+        )
+    succeeded = phase == Phase.SUCCEEDED
+    ended_badly = phase in (Phase.FAILED, Phase.CANCELLED)
+    found.append(_condition(ConditionType.SUCCEEDED, succeeded, reason if ended_badly else "", ""))
+    if phase == Phase.SUSPENDED:
+        found.append(_condition(ConditionType.SUSPENDED, True, reason, message))
     sandbox = status.get("sandbox")
     if isinstance(sandbox, dict) and sandbox.get("mode"):
         # Graders outside the Environment's image are said out loud, once (an event when this condition turns).
         contained = sandbox.get("mode") == "container"
         found.append(
             _condition(
-                "ContainerSandbox", contained, str(sandbox.get("reason") or ""), str(sandbox.get("message") or "")
+                ConditionType.CONTAINER_SANDBOX,
+                contained,
+                str(sandbox.get("reason") or ""),
+                str(sandbox.get("message") or ""),
             )
         )
     failures = (status.get("summary") or {}).get(GRADING_FAILURES)
     if isinstance(failures, dict) and failures.get("failed"):
         # A run that succeeds with replies never scored says so (the seeds: unscored, never a reward of 0).
-        found.append(_condition("GradingFailures", True, "InfrastructureFailure", failures_message(failures)))
+        grading_failures = _condition(
+            ConditionType.GRADING_FAILURES, True, Reason.INFRASTRUCTURE_FAILURE, failures_message(failures)
+        )
+        found.append(grading_failures)
     export = status.get("export")
     if isinstance(export, dict):
         # The seeds' `Exported` condition: the exact Volume revision the outputs were committed to.
-        done = export.get("phase") == "Exported"
+        done = export.get("phase") == Phase.EXPORTED
         what = f"Volume {export.get('volume')} revision {export.get('revision')}" if done else export.get("message", "")
-        found.append(_condition("Exported", done, "" if done else str(export.get("reason", "")), str(what)))
+        found.append(_condition(ConditionType.EXPORTED, done, "" if done else str(export.get("reason", "")), str(what)))
     return found
 
 
-def _condition(kind: str, value: bool, reason: str, message: str) -> JSONObject:
+def _condition(kind: ConditionType, value: bool, reason: str, message: str) -> JSONObject:
     condition: JSONObject = {"type": kind, "status": "True" if value else "False"}
     if reason:
         condition["reason"] = reason

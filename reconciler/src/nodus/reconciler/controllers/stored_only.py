@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from nodus.reconciler.controllers.base import Context, ControllerBase, Done
 from nodus.reconciler.state.records import JSONObject, ResourceRecord
+from nodus.specs.status_names import Phase, Reason
 
-UNSUPPORTED_PHASE = "Unsupported"
+UNSUPPORTED_PHASE = Phase.UNSUPPORTED
 """The phase of a stored-only resource: not Pending (nothing will pick it up), not Running (nothing runs it)."""
-NO_CONTROLLER = "NoController"
+NO_CONTROLLER = Reason.NO_CONTROLLER
 """Its reason."""
 
 

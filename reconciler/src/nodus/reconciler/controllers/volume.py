@@ -33,6 +33,7 @@ from nodus.reconciler.executors import file_sha256
 from nodus.reconciler.model_cache import MANIFEST, imported, model_folder, not_cached, snapshot
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceRecord
+from nodus.specs.status_names import Phase, Reason
 from nodus.specs.types import parse_quantity
 
 
@@ -90,12 +91,12 @@ def ensure_model(project: Project, uri: str) -> tuple[Path | None, JSONObject]:
     """The imported model folder of a pinned revision (imported now if needed), or None and why not."""
     target = model_folder(project, uri)
     if imported(project, uri):
-        return target, {"phase": "Ready"}
+        return target, {"phase": Phase.READY}
     found = snapshot(uri)
     if found is None:
         return None, not_cached(uri)
     import_tree(found, target, allowed=found.parents[1])
-    return target, {"phase": "Ready"}
+    return target, {"phase": Phase.READY}
 
 
 def volume_path(project: Project, record: ResourceRecord, revision: int) -> Path:
@@ -104,14 +105,14 @@ def volume_path(project: Project, record: ResourceRecord, revision: int) -> Path
 
 def reconcile_volume(record: ResourceRecord, *, project: Project, spec_file: Path | None) -> JSONObject:
     """Fill a Volume from its source once (revision 1); an empty Volume is Ready at revision 0."""
-    if record.status.get("phase") == "Ready":
+    if record.status.get("phase") == Phase.READY:
         return record.status
     spec = record.spec["spec"]
     source = spec.get("source") or {}
     if not source:
         folder = volume_path(project, record, 0)
         folder.mkdir(parents=True, exist_ok=True)
-        return {"phase": "Ready", "revision": 0, "files": 0, "sizeBytes": 0, "path": str(folder)}
+        return {"phase": Phase.READY, "revision": 0, "files": 0, "sizeBytes": 0, "path": str(folder)}
     if source.get("uri"):
         found = snapshot(source["uri"])
         if found is None:
@@ -119,18 +120,18 @@ def reconcile_volume(record: ResourceRecord, *, project: Project, spec_file: Pat
     else:
         found = (spec_file.parent if spec_file else Path.cwd()) / source["path"]
         if not found.is_dir():
-            return {"phase": "Failed", "reason": "SourceMissing", "message": f"{found} is not a folder"}
+            return {"phase": Phase.FAILED, "reason": Reason.SOURCE_MISSING, "message": f"{found} is not a folder"}
     target = volume_path(project, record, 1)
     manifest = import_tree(found, target, allowed=found.parents[1] if source.get("uri") else None)
     limit = size_bytes(spec.get("size"))
     if limit is not None and manifest["sizeBytes"] > limit:
         return {
-            "phase": "Failed",
-            "reason": "SizeExceeded",
+            "phase": Phase.FAILED,
+            "reason": Reason.SIZE_EXCEEDED,
             "message": f"{manifest['sizeBytes']} bytes is more than spec.size {spec['size']}",
         }
     return {
-        "phase": "Ready",
+        "phase": Phase.READY,
         "revision": 1,
         "files": len(manifest["files"]),
         "sizeBytes": manifest["sizeBytes"],

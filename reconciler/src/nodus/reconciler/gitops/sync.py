@@ -35,6 +35,7 @@ from nodus.reconciler.planning.managed import read_desired as read_managed
 from nodus.reconciler.project import Project
 from nodus.reconciler.refresh import refresh_under_lease
 from nodus.reconciler.state.records import LeaseHeld, StateStore, SyncRecord
+from nodus.specs.status_names import Phase
 
 Notify = Callable[[str, str], None]
 """`notify(event, text)`: `applying` before an apply starts, `resource` for each resource it changes."""
@@ -115,7 +116,7 @@ def sync_pass(target: Target, home: Project, store: StateStore, notify: Notify |
     except NodusError as error:
         message = _first(error, revision.folder)
         with contextlib.suppress(NodusError):  # the store itself may be what failed; the log still says why
-            _save(store, target, revision, "Failed", message, started_at=time.time())
+            _save(store, target, revision, Phase.FAILED, message, started_at=time.time())
         return PassReport(FAILED, revision, message, error.hint, elapsed_s=time.monotonic() - started)
 
 
@@ -141,7 +142,7 @@ def _sync(
         made = _plan(desired, store, target.prune)  # again under the lease: nothing can move under it now
         now = time.time()
         with store.transaction():
-            _save(store, target, revision, "Running", reason, started_at=now)
+            _save(store, target, revision, Phase.RUNNING, reason, started_at=now)
             store.record_sync(sync_records(revision.sha, desired, made, store, pending=True))
         notify("applying", f"applying {revision.short} ({reason}): {made.summary}")
         try:
@@ -157,7 +158,7 @@ def _sync(
             message = lines[0] + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else "")
             with store.transaction():
                 store.record_sync(sync_records(revision.sha, desired, made, store, failure=lines))
-                _save(store, target, revision, "Failed", message, started_at=now)
+                _save(store, target, revision, Phase.FAILED, message, started_at=now)
             sync, health = counts(desired, store)
             elapsed = time.monotonic() - started
             return PassReport(
@@ -169,7 +170,7 @@ def _sync(
                 store,
                 target,
                 revision,
-                "Succeeded",
+                Phase.SUCCEEDED,
                 reason,
                 started_at=now,
                 changed=len(applied.written),
@@ -199,9 +200,9 @@ def why_sync(made: Plan, last: SyncSummary | None, revision: Revision, target: T
         return "another repository, branch or path"
     if last.revision != revision.sha:
         return f"new revision, was {last.revision[:7]}"
-    if last.outcome == "Running":
+    if last.outcome == Phase.RUNNING:
         return "the last sync was interrupted"
-    if last.outcome != "Succeeded":
+    if last.outcome != Phase.SUCCEEDED:
         return "the last sync failed"
     return None
 
@@ -314,7 +315,7 @@ def _save(
         outcome=outcome,
         message=message,
         started_at=started_at,
-        finished_at=None if outcome == "Running" else time.time(),
+        finished_at=None if outcome == Phase.RUNNING else time.time(),
         changed=changed,
         launched=launched,
     )

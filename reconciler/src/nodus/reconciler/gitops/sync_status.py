@@ -18,6 +18,7 @@ from typing import Any
 
 from nodus.reconciler.controllers.coverage import has_controller
 from nodus.reconciler.state.records import ResourceRecord, StateStore
+from nodus.specs.status_names import Phase
 
 SYNCED = "Synced"
 OUT_OF_SYNC = "OutOfSync"
@@ -36,16 +37,16 @@ FAILED = "Failed"
 PENDING = "Pending"
 NOT_IN_GIT = "NotInGit"
 
-_RUNS = {
-    "Pending": PROGRESSING,
-    "Running": PROGRESSING,
-    "Succeeded": HEALTHY,
-    "Failed": DEGRADED,
-    "Cancelled": DEGRADED,
-    "Suspended": SUSPENDED,
+_RUNS: dict[str, str] = {
+    Phase.PENDING: PROGRESSING,
+    Phase.RUNNING: PROGRESSING,
+    Phase.SUCCEEDED: HEALTHY,
+    Phase.FAILED: DEGRADED,
+    Phase.CANCELLED: DEGRADED,
+    Phase.SUSPENDED: SUSPENDED,
 }
 """TrainingJobs and Jobs: a run in flight is progressing; one that ended is healthy only if it succeeded."""
-_READY = {"Ready": HEALTHY, "Failed": DEGRADED}
+_READY: dict[str, str] = {Phase.READY: HEALTHY, Phase.FAILED: DEGRADED}
 """Environments, Volumes, runtimes: Ready or not yet (Pending, building, importing: progressing)."""
 HEALTH_BY_KIND: dict[str, Mapping[str, str]] = {
     "TrainingJob": _RUNS,
@@ -54,13 +55,13 @@ HEALTH_BY_KIND: dict[str, Mapping[str, str]] = {
     "Volume": _READY,
     "TrainingRuntime": _READY,
 }
-_OTHER = {
-    "Ready": HEALTHY,
-    "Running": HEALTHY,
-    "Succeeded": HEALTHY,
-    "Failed": DEGRADED,
-    "Cancelled": DEGRADED,
-    "Suspended": SUSPENDED,
+_OTHER: dict[str, str] = {
+    Phase.READY: HEALTHY,
+    Phase.RUNNING: HEALTHY,
+    Phase.SUCCEEDED: HEALTHY,
+    Phase.FAILED: DEGRADED,
+    Phase.CANCELLED: DEGRADED,
+    Phase.SUSPENDED: SUSPENDED,
 }
 """Kinds without a health table of their own: by the phase their status says."""
 

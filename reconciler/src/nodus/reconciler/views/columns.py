@@ -16,6 +16,7 @@ from typing import Any
 from nodus.reconciler.gitops.sync_status import health_of, sync_state
 from nodus.reconciler.state.records import ResourceRecord
 from nodus.reconciler.views.warnings import failures_cell
+from nodus.specs.status_names import Phase
 
 Column = tuple[str, Callable[[ResourceRecord], str]]
 
@@ -54,7 +55,7 @@ def _phase(record: ResourceRecord) -> str:
     return "Deleting" if record.deleting else _text(phase)
 
 
-WHY_PHASES = frozenset({"Pending", "Failed", "Suspended", "Cancelled"})
+WHY_PHASES = frozenset({Phase.PENDING, Phase.FAILED, Phase.SUSPENDED, Phase.CANCELLED})
 """Phases whose reason the table's PHASE cell carries, `Pending (EnvironmentNotReady)`, as kubectl's STATUS
 says `CrashLoopBackOff`: the phase alone would not say what to do. `-o wide` has REASON on its own instead."""
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nodus.reconciler.views.warnings import warning_lines
+from nodus.specs.status_names import Phase, Reason
 
 
 def result_lines(status: Mapping[str, Any], job: str | None = None) -> list[str]:
@@ -49,9 +50,9 @@ def result_lines(status: Mapping[str, Any], job: str | None = None) -> list[str]
 
 
 def _export(export: Mapping[str, Any]) -> str:
-    if export.get("phase") == "Exported":
+    if export.get("phase") == Phase.EXPORTED:
         return f"Volume {export.get('volume')} revision {export.get('revision')} ({export.get('files')} files)"
-    if export.get("phase") == "Pending":
+    if export.get("phase") == Phase.PENDING:
         return f"waiting: {export.get('message')}"
     return f"failed ({export.get('reason')}): {export.get('message')}; the outputs stay downloadable (nodus cp)"
 
@@ -81,6 +82,6 @@ def _comparison(comparison: Mapping[str, Any]) -> str:
     if comparison.get("comparable"):
         points = float(comparison.get("changePoints", 0.0))
         return f"{points:+.1f} percentage points on {comparison.get('tasks')} tasks scored before and after"
-    reason = comparison.get("reason", "Unknown")
+    reason = comparison.get("reason", Reason.UNKNOWN)
     message = comparison.get("message")
     return f"not comparable ({reason})" + (f": {message}" if message else "")

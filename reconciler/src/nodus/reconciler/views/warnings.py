@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from nodus.reconciler.session.summary import GRADING_FAILURES, UNSCORED, failures_message
+from nodus.specs.status_names import ENDED_PHASES, GradingPhase, Phase
 
 GRADINGS: Final = "Gradings"
 REWARD_SIGNAL: Final = "RewardSignal"
-ENDED: Final = frozenset({"Succeeded", "Failed", "Cancelled", "Suspended"})
+ENDED: Final = frozenset({*ENDED_PHASES, Phase.SUSPENDED})
+"""Phases after which a run's warnings change no more (until a suspended one resumes)."""
 EVIDENCE_SHOWN: Final = 3
 
 
@@ -80,7 +82,7 @@ def failed_grading_lines(
     lines = [f"{len(failed)} gradings failed (InfrastructureFailure, no reward): their evidence is in {log}"]
     for record in failed[:limit]:
         message = _message(record.get("evidence"))
-        phase = record.get("phase", "Training")
+        phase = record.get("phase", GradingPhase.TRAINING)
         lines.append(f"  {phase} task {record.get('taskId')}: {message or 'no message in its evidence'}")
     if len(failed) > limit:
         lines.append(f"  ... and {len(failed) - limit} more")

@@ -48,32 +48,34 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from nodus.errors import ConfigError, PermanentError
+from nodus.specs.status_names import ENDED_PHASES, Phase, Reason
 
 from ...grading import EnvironmentRef, GradingSettings, ProcessSettings
 
 JobKind = Literal["TrainingJob", "Job"]
 
-PENDING: Final = "Pending"
-RUNNING: Final = "Running"
-SUSPENDED: Final = "Suspended"
-SUCCEEDED: Final = "Succeeded"
-FAILED: Final = "Failed"
-CANCELLED: Final = "Cancelled"
+# The names the executor and the supervisor use; the words are `nodus.specs.status_names`'.
+PENDING: Final = Phase.PENDING
+RUNNING: Final = Phase.RUNNING
+SUSPENDED: Final = Phase.SUSPENDED
+SUCCEEDED: Final = Phase.SUCCEEDED
+FAILED: Final = Phase.FAILED
+CANCELLED: Final = Phase.CANCELLED
 PHASES = (PENDING, RUNNING, SUSPENDED, SUCCEEDED, FAILED, CANCELLED)
-TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
+TERMINAL = ENDED_PHASES
 """Phases nothing comes back from (Suspended does: resume)."""
 
 # Reasons recorded in status.json.
-MAX_COST_REACHED: Final = "MaxCostReached"
-SUSPEND_REQUESTED: Final = "SuspendRequested"
-CANCEL_REQUESTED: Final = "CancelRequested"
-TRAINER_FAILED: Final = "TrainerFailed"
-TRAINER_SUCCEEDED: Final = "TrainerSucceeded"
-SUPERVISOR_LOST: Final = "SupervisorLost"
-SUPERVISOR_STOPPED: Final = "SupervisorStopped"
-SUPERVISOR_ERROR: Final = "SupervisorError"
-RESUMED: Final = "Resumed"
-LAUNCHED: Final = "Launched"
+MAX_COST_REACHED: Final = Reason.MAX_COST_REACHED
+SUSPEND_REQUESTED: Final = Reason.SUSPEND_REQUESTED
+CANCEL_REQUESTED: Final = Reason.CANCEL_REQUESTED
+TRAINER_FAILED: Final = Reason.TRAINER_FAILED
+TRAINER_SUCCEEDED: Final = Reason.TRAINER_SUCCEEDED
+SUPERVISOR_LOST: Final = Reason.SUPERVISOR_LOST
+SUPERVISOR_STOPPED: Final = Reason.SUPERVISOR_STOPPED
+SUPERVISOR_ERROR: Final = Reason.SUPERVISOR_ERROR
+RESUMED: Final = Reason.RESUMED
+LAUNCHED: Final = Reason.LAUNCHED
 
 DEFAULT_TRAIN_TASKS = 256
 DEFAULT_HELD_OUT_TASKS = 64
