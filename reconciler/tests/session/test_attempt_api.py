@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from nodus.errors import PermanentError, TemporaryError
+from nodus.reconciler.grading import EnvironmentRef, GradingService, GradingSettings, Verdict
 from nodus.reconciler.session.attempt_api import AttemptAPI, AttemptServer, FileTranscript, for_trainer
 from nodus.reconciler.session.environment import EnvironmentSpec
-from nodus.reconciler.grading import EnvironmentRef, GradingService, GradingSettings, Verdict
 from nodus.reconciler.session.summary import PHASES
 
 ENVIRONMENT = EnvironmentSpec("fake", "1.0.0", paths=("/nonexistent",), train_tasks=3, held_out_tasks=2, seed=7)
