@@ -142,6 +142,7 @@ class Supervisor:
         self.spec = spec
         earlier = earlier_gradings(files.gradings_log)
         _end_partial_line(files.gradings_log)
+        record_wire = os.environ.get("NODUS_RECORD_WIRE") == "1"
         self.session = JobSession(
             name=spec.name,
             project=spec.project,
@@ -152,11 +153,11 @@ class Supervisor:
             max_cost_usd=spec.max_cost_usd,
             accounting_interval_s=spec.accounting_interval_s,
             socket_path=files.socket,
-            sink=JobFolderSink(files, record_wire=os.environ.get("NODUS_RECORD_WIRE") == "1"),
+            sink=JobFolderSink(files, record_wire=record_wire),
             status=status,
             earlier_gradings=earlier,
             min_comparison_tasks=min_comparison_tasks(spec.params),
-            record_wire=os.environ.get("NODUS_RECORD_WIRE") == "1",
+            record_wire=record_wire,
         )
         self.status = self.session.status
         self._stopping = threading.Event()
