@@ -39,20 +39,20 @@ def test_gradings_are_numbered_by_request_and_the_summary_follows_each_one(tmp_p
     files = JobFiles(tmp_path / "job")
     files.logs.mkdir(parents=True)
     first = supervisor(files)
-    first._record_verdicts(verdicts("Baseline", True, False, False))
+    first.session.record_verdicts(verdicts("Baseline", True, False, False))
     status = files.read_status()
     assert status["summary"]["baselinePassRate"] == round(1 / 3, 4)
     assert status["summary"]["comparison"]["reason"] == "IncompleteEvents"
     assert "diagnostics" not in status  # nothing graded in Training yet
 
-    first._record_verdicts(verdicts("Training", False, False))
-    first._record_verdicts(verdicts("Training", True))
+    first.session.record_verdicts(verdicts("Training", False, False))
+    first.session.record_verdicts(verdicts("Training", True))
     status = files.read_status()
     assert status["diagnostics"] == {"rewardSignal": {"groups": 0, "flatGroups": 0}}
 
     # A restarted supervisor (a new process) goes on from the log: numbers and summary.
     second = supervisor(files)
-    second._record_verdicts(verdicts("Evaluation", True, True, False))
+    second.session.record_verdicts(verdicts("Evaluation", True, True, False))
     records = [json.loads(line) for line in files.gradings_log.read_text().splitlines()]
     assert [r["request"] for r in records] == [1, 1, 1, 2, 2, 3, 4, 4, 4]
     assert [r["phase"] for r in records][-3:] == ["Evaluation"] * 3
@@ -67,9 +67,9 @@ def test_the_trainers_summary_keys_merge_but_never_the_platforms(
     files = JobFiles(tmp_path / "job")
     files.logs.mkdir(parents=True)
     run = supervisor(files)
-    run._record_verdicts(verdicts("Baseline", True, False))
-    run._progress({"summary": {"baselinePassRate": 1.0, "comparison": {"comparable": True}, "meanLength": 12}})
-    run._progress({"summary": {"finalPassRate": 1.0}, "step": 3})
+    run.session.record_verdicts(verdicts("Baseline", True, False))
+    run.session.progress({"summary": {"baselinePassRate": 1.0, "comparison": {"comparable": True}, "meanLength": 12}})
+    run.session.progress({"summary": {"finalPassRate": 1.0}, "step": 3})
     status = files.read_status()
     assert status["summary"]["baselinePassRate"] == 0.5 and "finalPassRate" not in status["summary"]
     assert status["summary"]["comparison"]["reason"] == "IncompleteEvents"
@@ -78,7 +78,7 @@ def test_the_trainers_summary_keys_merge_but_never_the_platforms(
     assert len(logged) == 1 and "ignored the trainer's summary keys ['baselinePassRate', 'comparison']" in logged[0]
 
     # The platform's next grading keeps the trainer's own key; the end writes the summary once more.
-    run._record_verdicts(verdicts("Evaluation", True, True))
+    run.session.record_verdicts(verdicts("Evaluation", True, True))
     run._finish(Outcome("Succeeded", "TrainerSucceeded", "done", {}))
     status = files.read_status()
     assert status["summary"]["meanLength"] == 12
@@ -92,12 +92,12 @@ def test_a_half_written_log_line_is_skipped(tmp_path: Path) -> None:
     lines = [json.dumps({**v, "request": 7}) for v in verdicts("Baseline", True, True)]
     files.gradings_log.write_text("\n".join(lines) + '\n{"taskId": "t9", "verd')
     run = supervisor(files)
-    run._record_verdicts(verdicts("Evaluation", True, False))
+    run.session.record_verdicts(verdicts("Evaluation", True, False))
     assert json.loads(files.gradings_log.read_text().splitlines()[-1])["request"] == 8
     assert files.read_status()["summary"]["baseline"]["tasks"] == 2
     # The next supervisor reads every whole record: the new ones did not join the broken line.
     again = supervisor(files)
-    assert again._tally.records == 4 and again._requests == 8
+    assert again.session.tally.records == 4 and again.session.requests == 8
 
 
 @pytest.mark.parametrize(

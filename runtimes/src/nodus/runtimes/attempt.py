@@ -1,7 +1,7 @@
 """The attempt API as the trainers see it: fetch tasks, have completions graded, report progress.
 
 Who uses it: every nodus runtime (`grpo_lora`, `evaluate`) through `RunContext.api`. The supervisor serves
-the API on the Unix socket named by `NODUS_ATTEMPT_API` (see the reconciler's `executors/local/attempt_api.py` for
+the API on the Unix socket named by `NODUS_ATTEMPT_API` (see the reconciler's `session/attempt_api.py` for
 the server side). Stdlib only: HTTP/1.1 with JSON bodies, one keep-alive connection per thread (TRL's async
 reward functions call from an event-loop thread while the main thread reports events).
 

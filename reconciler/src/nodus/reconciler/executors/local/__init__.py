@@ -3,12 +3,13 @@
 Who uses it: `nodus.reconciler.executors.choose` (the default `executor: local`); nothing outside
 `nodus.reconciler.executors` imports these modules (an import-linter contract says so). Modules, from the bottom up:
 
-    job                JobSpec, EnvironmentSpec, the job folder (JobFiles), atomic JSON, locks, verified signals
+    job                JobSpec (EnvironmentSpec, from the session), the job folder (JobFiles), atomic JSON,
+                       locks, verified signals
     outputs            outputs.json and verified, all-or-nothing copies of outputs
-    summary            the platform's tally of the gradings into a job's summary
-    attempt_api        the attempt API on a Unix socket: tasks (never answers), gradings, events
     trainer_container  a runtime's image run under podman with no network
-    supervisor         the long-lived process per job: trainer, attempt API, heartbeat, cost and cap
+    supervisor         the long-lived process per job: the trainer's process, request files, heartbeat, and the
+                       job's `JobSession` (nodus.reconciler.session: attempt API, grading, cost and cap, tally)
+                       with its reports in the job folder
     executor           LocalExecutor: the Executor protocol for processes on this machine
 """
 

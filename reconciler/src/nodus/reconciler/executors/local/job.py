@@ -43,14 +43,17 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from nodus.errors import ConfigError, PermanentError
 from nodus.specs.status_names import ENDED_PHASES, Phase, Reason
 
-from ...grading import EnvironmentRef, GradingSettings, ProcessSettings
+from ...grading import GradingSettings, ProcessSettings
+from ...session.cost import parse_usd as parse_usd
+from ...session.cost import usd as usd
+from ...session.environment import EnvironmentSpec as EnvironmentSpec
 
 JobKind = Literal["TrainingJob", "Job"]
 
@@ -86,94 +89,7 @@ USD_PLACES = Decimal("0.000001")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
-def usd(value: Decimal) -> str:
-    """Money as it is written to status: a plain decimal string to the micro-dollar."""
-    return str(value.quantize(USD_PLACES))
-
-
-def parse_usd(value: str, what: str) -> Decimal:
-    try:
-        amount = Decimal(value)
-    except InvalidOperation:
-        raise ConfigError(f"{what} must be a decimal number of US dollars, got {value!r}") from None
-    if not amount.is_finite() or amount < 0:
-        raise ConfigError(f"{what} must be a finite amount of US dollars, not negative; got {value!r}")
-    return amount
-
-
 # --- the spec ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EnvironmentSpec:
-    """The Environment a job trains or evaluates on: how the graders find it and which tasks the trainer gets."""
-
-    name: str
-    version: str
-    image: str | None = None
-    digest: str | None = None
-    paths: tuple[str, ...] = ()
-    site_dirs: tuple[str, ...] = ()
-    loader: str | None = None
-    train_tasks: int = DEFAULT_TRAIN_TASKS
-    held_out_tasks: int = DEFAULT_HELD_OUT_TASKS
-    seed: int = 0
-    manifests: str | None = None
-    """A folder of task manifests, `<split>-<seed>.jsonl`: the whole list of a split at a seed, fixed at first
-    use (or at build time) and reused by every later run of the environment, whoever asks."""
-
-    def __post_init__(self) -> None:
-        for what, count in (("trainTasks", self.train_tasks), ("heldOutTasks", self.held_out_tasks)):
-            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-                raise ConfigError(f"environment {self.name}: {what} must be a whole number >= 0, got {count!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ConfigError(f"environment {self.name}: seed must be a whole number >= 0, got {self.seed!r}")
-        self.ref()  # an environment with neither an image nor folders is refused here, not in the supervisor
-
-    def ref(self) -> EnvironmentRef:
-        return EnvironmentRef(
-            self.name,
-            self.version,
-            image=self.image,
-            digest=self.digest,
-            paths=tuple(Path(p) for p in self.paths),
-            site_dirs=tuple(Path(p) for p in self.site_dirs),
-            loader=self.loader,
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "version": self.version,
-            "image": self.image,
-            "digest": self.digest,
-            "paths": list(self.paths),
-            "siteDirs": list(self.site_dirs),
-            "loader": self.loader,
-            "trainTasks": self.train_tasks,
-            "heldOutTasks": self.held_out_tasks,
-            "seed": self.seed,
-            "manifests": self.manifests,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> EnvironmentSpec:
-        try:
-            return cls(
-                name=str(data["name"]),
-                version=str(data["version"]),
-                image=data.get("image"),
-                digest=data.get("digest"),
-                paths=tuple(str(p) for p in data.get("paths") or ()),
-                site_dirs=tuple(str(p) for p in data.get("siteDirs") or ()),
-                loader=data.get("loader"),
-                train_tasks=data.get("trainTasks", DEFAULT_TRAIN_TASKS),
-                held_out_tasks=data.get("heldOutTasks", DEFAULT_HELD_OUT_TASKS),
-                seed=data.get("seed", 0),
-                manifests=data.get("manifests"),
-            )
-        except KeyError as exc:
-            raise ConfigError(f"a job's environment needs {exc.args[0]!r}") from None
 
 
 @dataclass(frozen=True)
@@ -346,20 +262,6 @@ def write_json(path: Path, document: object, *, durable: bool = False) -> None:
             if durable:
                 out.flush()
                 os.fsync(out.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Replace `path` whole with `text` (a task manifest): readers never see part of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

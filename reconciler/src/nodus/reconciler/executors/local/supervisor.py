@@ -6,20 +6,24 @@ session with its output in `logs/supervisor.log`). It
 
 - holds `supervisor.lock` for its whole life (a second supervisor of the same job exits at once, and the
   executor tells a live supervisor from a dead one by that lock and the heartbeat in status.json),
-- serves the attempt API on the job's Unix socket (`attempt_api.py`), grading with its own `GradingService`,
+- drives the job's `JobSession` (`nodus.reconciler.session`): the attempt API on the job's Unix socket, grading
+  with its own `GradingService`, cost and the cap, the verdict tally; `JobFolderSink` is where the session's
+  reports land in the job folder (status.json, logs/events.jsonl, logs/gradings.jsonl, logs/attempt.log),
 - starts the trainer with the runtime contract's variables, in its own process group, output to
   `logs/trainer.log`, and killed by the kernel if the supervisor dies (so no trainer runs unwatched),
-- heartbeats into status.json every `heartbeatIntervalS`, and accounts cost every `accountingIntervalS` as
-  running time times the host's price; before an interval that would take the cost past `maxCostUSD` it
-  stops the trainer (SIGKILL after at most one interval), closes the job's graders and leaves the job
-  Suspended (MaxCostReached), so the cost recorded never passes the cap by more than one interval,
-- takes requests from the executor as files in the job folder (`cancel`, `suspend`),
+- heartbeats into status.json every `heartbeatIntervalS`, and has the session account cost every
+  `accountingIntervalS` (running time times the host's price); before an interval that would take the cost
+  past `maxCostUSD` it stops the trainer (SIGKILL after at most one interval), closes the job's graders and
+  leaves the job Suspended (MaxCostReached), so the cost recorded never passes the cap by more than one interval,
+- takes requests from the executor as files in the job folder (`cancel`, `suspend`, and a cap changed in
+  spec.json, which it hands to the session),
 - on the trainer's exit records Succeeded (with `outputs.json`: sha256 and size per output file) or Failed
   (TrainerFailed with the log's last lines),
 - keeps every verdict in `logs/gradings.jsonl` (with the request's `phase` and a `request` number) and, after
   every grading and at the end, the run's `summary` (baseline and final pass rates, their comparison) and
-  `diagnostics` (the training reward signal) in status.json, computed by `summary.py` from those records.
-  The trainer never grades itself: summary keys it reports that the platform owns are dropped.
+  `diagnostics` (the training reward signal) in status.json, computed by the session's tally from those
+  records (a restarted supervisor hands the session the log so far). The trainer never grades itself: summary
+  keys it reports that the platform owns are dropped.
 
 The trainer's environment (the runtime contract, DESIGN.md section 7):
 
@@ -39,7 +43,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import dataclasses
 import json
 import os
 import signal
@@ -48,18 +51,17 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
 from nodus.errors import NodusError
 
-from ...grading import GradingService, GradingSettings
-from ...session.summary import DEFAULT_MIN_COMPARISON_TASKS, PLATFORM_SUMMARY_KEYS, GradingTally
+from ...grading import GradingSettings
+from ...session.attempt_api import FileTranscript
+from ...session.session import JobSession, Outcome, min_comparison_tasks
 from . import trainer_container
-from .attempt_api import AttemptAPI, AttemptServer
 from .job import (
     CANCEL_REQUESTED,
     CANCELLED,
@@ -89,106 +91,81 @@ from .job import (
     write_json,
 )
 
+__all__ = ["JobFolderSink", "Outcome", "Supervisor", "earlier_gradings", "main", "min_comparison_tasks", "run"]
+
 TICK_S: Final = 0.05
 """How often the supervisor looks at the trainer and the request files."""
 LOCK_WAIT_S: Final = 5.0
 """How long a starting supervisor waits for the lock (the executor probes it for a moment now and then)."""
-STATUS_EVENTS: Final = 100
-"""Events kept in status.json; all of them are in logs/events.jsonl."""
 PR_SET_PDEATHSIG: Final = 1
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """How a supervised run ended: the phase to record (None: leave it, the run is to be restarted)."""
+class JobFolderSink:
+    """Where a `JobSession`'s reports land in the job folder: the status document in status.json (whole, by
+    rename), events in logs/events.jsonl, verdict records in logs/gradings.jsonl, the attempt API's access
+    log in logs/attempt.log and, when the wire is recorded, logs/attempt-wire.jsonl; notes on stderr, which is
+    logs/supervisor.log."""
 
-    phase: str | None
-    reason: str
-    message: str
-    extra: dict[str, Any]
-
-
-class StatusWriter:
-    """status.json, which this process alone writes while it runs; every write replaces the whole file."""
-
-    def __init__(self, files: JobFiles, initial: dict[str, Any]) -> None:
+    def __init__(self, files: JobFiles, *, record_wire: bool) -> None:
         self.files = files
-        self._status = dict(initial)
-        self._lock = threading.Lock()
+        self._transcript = FileTranscript(files.attempt_log, files.wire_log if record_wire else None)
 
-    def get(self, key: str, default: Any = None) -> Any:
-        with self._lock:
-            return self._status.get(key, default)
+    def write_status(self, status: Mapping[str, Any], *, durable: bool) -> None:
+        write_json(self.files.status, status, durable=durable)
 
-    def update(self, *, durable: bool = False, **fields: Any) -> None:
-        with self._lock:
-            self._status.update(fields)
-            write_json(self.files.status, self._status, durable=durable)
+    def append_event(self, record: Mapping[str, Any]) -> None:
+        append_jsonl(self.files.events_log, record)
 
-    def event(
-        self,
-        kind: str,
-        details: Mapping[str, Any] | None = None,
-        *,
-        update: Mapping[str, Any] | None = None,
-        durable: bool = False,
-    ) -> None:
-        """An event in status.json (the last ones) and logs/events.jsonl (all), written with the `update`."""
-        record = {"at": time.time(), "type": kind, **(details or {})}
-        with self._lock:
-            self._status.update(update or {})
-            self._status["events"] = [*self._status.get("events", []), record][-STATUS_EVENTS:]
-            write_json(self.files.status, self._status, durable=durable)
-            append_jsonl(self.files.events_log, record)
+    def append_gradings(self, records: Sequence[Mapping[str, Any]]) -> None:
+        with self.files.gradings_log.open("a", encoding="utf-8") as out:
+            out.writelines(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in records)
 
-    def progress(self, report: dict[str, Any]) -> None:
-        """A checked report from the trainer: stage, step and totals replace, metrics and summary merge."""
-        record = {"at": time.time(), "type": "Progress", **report}
-        with self._lock:
-            for key in ("stage", "step", "totalSteps", "message"):
-                if key in report:
-                    self._status[key] = report[key]
-            for key in ("metrics", "summary"):
-                if key in report:
-                    self._status[key] = {**self._status.get(key, {}), **report[key]}
-            self._status["events"] = [*self._status.get("events", []), record][-STATUS_EVENTS:]
-            write_json(self.files.status, self._status)
-            append_jsonl(self.files.events_log, record)
+    def attempt_request(self, line: str) -> None:
+        self._transcript.attempt_request(line)
 
-    def platform_summary(self, summary: dict[str, Any], diagnostics: dict[str, Any]) -> None:
-        """The platform's summary keys replace their old values; the trainer's other summary keys stay."""
-        with self._lock:
-            trainer = {k: v for k, v in self._status.get("summary", {}).items() if k not in PLATFORM_SUMMARY_KEYS}
-            self._status["summary"] = {**summary, **trainer}
-            if diagnostics:
-                self._status["diagnostics"] = diagnostics
-            write_json(self.files.status, self._status)
+    def attempt_wire(self, record: Mapping[str, Any]) -> None:
+        self._transcript.attempt_wire(record)
+
+    def note(self, line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
 
 
 class Supervisor:
-    """Runs one session of a job: from start (or resume, or restart) to the trainer's end or a stop."""
+    """Runs one session of a job: from start (or resume, or restart) to the trainer's end or a stop.
+
+    The process and the folder are this class's (the trainer's Popen, signals, request files, the heartbeat);
+    the rest is the `JobSession` it drives (`self.session`).
+    """
 
     def __init__(self, files: JobFiles, spec: JobSpec, settings: GradingSettings, status: dict[str, Any]) -> None:
         self.files = files
         self.spec = spec
-        self.settings = settings
-        self.status = StatusWriter(files, status)
-        self.grading_job = f"{spec.project}/{spec.name}"
-        self.base_cost = Decimal(str(status.get("costUSD") or "0"))
+        earlier = earlier_gradings(files.gradings_log)
+        _end_partial_line(files.gradings_log)
+        record_wire = os.environ.get("NODUS_RECORD_WIRE") == "1"
+        self.session = JobSession(
+            name=spec.name,
+            project=spec.project,
+            attempt=spec.attempt,
+            environment=spec.environment,
+            grading=settings,
+            price_per_hour=spec.price_per_hour,
+            max_cost_usd=spec.max_cost_usd,
+            accounting_interval_s=spec.accounting_interval_s,
+            socket_path=files.socket,
+            sink=JobFolderSink(files, record_wire=record_wire),
+            status=status,
+            earlier_gradings=earlier,
+            min_comparison_tasks=min_comparison_tasks(spec.params),
+            record_wire=record_wire,
+        )
+        self.status = self.session.status
         self._stopping = threading.Event()
         self._heartbeat_stop = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
-        self._gradings_lock = threading.Lock()
         self._trainer: subprocess.Popen[bytes] | None = None
-        self._trainer_started = 0.0
-        self._trainer_ended: float | None = None
         self._grace = spec.stop_grace_s
         self._log_offset = 0
-        self._tally = read_tally(files.gradings_log)
-        _end_partial_line(files.gradings_log)
-        self._requests = self._tally.last_request
-        self._min_comparison_tasks = min_comparison_tasks(spec.params)
-        self._dropped_summary_keys = False
 
     # --- the session -------------------------------------------------------------------------------
 
@@ -208,12 +185,12 @@ class Supervisor:
                 "generation": self.spec.generation,
                 "attemptApi": str(self.files.socket),
                 "maxCostUSD": self.spec.max_cost_usd,
-                "costUSD": usd(self.base_cost),
+                "costUSD": usd(self.session.cost.base),
             },
         )
         try:
-            with GradingService(self.settings) as grading:
-                outcome = self._session(grading)
+            with self.session:
+                outcome = self._session()
         except BaseException as exc:  # a bug or a broken host: never leave a trainer or a Running phase behind
             traceback.print_exc(file=sys.stderr)
             self._stop_trainer()
@@ -224,22 +201,12 @@ class Supervisor:
             self._heartbeat_thread.join(timeout=5)
         return 1 if outcome.reason == SUPERVISOR_ERROR else 0
 
-    def _session(self, grading: GradingService) -> Outcome:
-        early = self._request() or self._cap_outcome(self.base_cost)
+    def _session(self) -> Outcome:
+        early = self._request() or self._cap_outcome(self.session.cost.base)
         if early is not None:
             return early
-        api = AttemptAPI(
-            name=self.spec.name,
-            environment=self.spec.environment,
-            grading=grading,
-            grading_job=self.grading_job,
-            on_event=self._progress,
-            on_verdicts=self._record_verdicts,
-            log=lambda line: print(line, file=sys.stderr, flush=True),
-        )
         private_socket_dir(self.files.socket)
-        wire = self.files.wire_log if os.environ.get("NODUS_RECORD_WIRE") == "1" else None
-        server = AttemptServer(self.files.socket, api, access_log=self.files.attempt_log, wire_log=wire)
+        self.session.listen()
         try:
             # The trainer first, while this process has one thread (it forks); the socket already listens.
             trainer = self._start_trainer()
@@ -247,12 +214,10 @@ class Supervisor:
                 return trainer
             self._heartbeat_thread = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
             self._heartbeat_thread.start()
-            server.start()
+            self.session.serve()
             return self._watch(trainer)
         finally:
-            self._stop_trainer()
-            server.close()
-            self._close_graders(grading)
+            self._stop_trainer()  # then leaving the session's block closes the API and the graders
 
     def _watch(self, trainer: subprocess.Popen[bytes]) -> Outcome:
         interval = self.spec.accounting_interval_s
@@ -260,7 +225,7 @@ class Supervisor:
         while True:
             code = trainer.poll()
             if code is not None:
-                self._trainer_ended = time.monotonic()
+                self.session.trainer_ended()
                 return self._exit_outcome(code)
             if self._stopping.is_set():
                 return Outcome(None, SUPERVISOR_STOPPED, "the supervisor was told to stop; the job will restart", {})
@@ -268,7 +233,7 @@ class Supervisor:
             if request is not None:
                 return request
             if time.monotonic() >= next_account:
-                cost = self._account()
+                cost = self.session.account()
                 next_account = max(next_account + interval, time.monotonic())
                 capped = self._cap_outcome(cost)
                 if capped is not None:
@@ -322,7 +287,7 @@ class Supervisor:
             except OSError as exc:
                 return Outcome(FAILED, TRAINER_FAILED, f"cannot start the trainer {argv[0]!r}: {exc}", {})
         self._trainer = trainer
-        self._trainer_started = time.monotonic()
+        self.session.trainer_started()
         now = time.time()
         self.status.event(
             "TrainerStarted",
@@ -353,8 +318,7 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 _kill_group(trainer.pid, signal.SIGKILL)
                 trainer.wait()
-        if self._trainer_ended is None:
-            self._trainer_ended = time.monotonic()
+        self.session.trainer_ended()  # billed until now, if it had not ended before
         # Children the trainer left behind share its group (it leads it): none may outlive the job.
         _kill_group(trainer.pid, signal.SIGKILL)
 
@@ -375,39 +339,15 @@ class Supervisor:
             message += f": {tail[-1][:300]}"
         return Outcome(FAILED, TRAINER_FAILED, message, {"exitCode": code, "logTail": tail})
 
-    # --- cost, requests, heartbeat -----------------------------------------------------------------
-
-    def _session_seconds(self) -> float:
-        """How long this session's trainer has run (until it ended): what the job is billed for."""
-        if self._trainer is None:
-            return 0.0
-        end = self._trainer_ended if self._trainer_ended is not None else time.monotonic()
-        return round(end - self._trainer_started, 3)
-
-    def _session_cost(self) -> Decimal:
-        return Decimal(str(self._session_seconds())) * self.spec.price_per_hour / Decimal(3600)
-
-    def _account(self) -> Decimal:
-        cost = self.base_cost + self._session_cost()
-        self.status.update(costUSD=usd(cost), accountedAt=time.time())
-        return cost
-
-    def _cap(self) -> Decimal | None:
-        """The cap as spec.json has it now: the executor may raise it while the job runs."""
-        with contextlib.suppress(NodusError, OSError):
-            cap = self.files.read_spec().max_cost_usd
-            if cap != self.spec.max_cost_usd:
-                self.spec = dataclasses.replace(self.spec, max_cost_usd=cap)
-                self.status.event("MaxCostChanged", {"maxCostUSD": cap}, update={"maxCostUSD": cap})
-        return self.spec.max_cost
+    # --- requests, the cap, heartbeat ---------------------------------------------------------------
 
     def _cap_outcome(self, cost: Decimal) -> Outcome | None:
-        """Suspend when one more interval would take the cost past the cap."""
-        cap = self._cap()
-        if cap is None or cost + self.spec.interval_cost() <= cap:
-            return None
-        message = f"cost ${usd(cost)} + one interval (${usd(self.spec.interval_cost())}) would pass maxCostUSD ${cap}"
-        return Outcome(SUSPENDED, MAX_COST_REACHED, message + "; raise the cap to resume", {})
+        """Suspend when one more interval would take the cost past the cap as spec.json has it now (the
+        executor may raise it while the job runs)."""
+        with contextlib.suppress(NodusError, OSError):
+            self.session.change_cap(self.files.read_spec().max_cost_usd)
+        message = self.session.over_cap(cost)
+        return None if message is None else Outcome(SUSPENDED, MAX_COST_REACHED, message, {})
 
     def _request(self) -> Outcome | None:
         if self.files.cancel_request.exists():
@@ -416,39 +356,6 @@ class Supervisor:
             return Outcome(SUSPENDED, SUSPEND_REQUESTED, "suspended (spec.state: Suspended)", {})
         return None
 
-    def _record_verdicts(self, verdicts: list[dict[str, Any]]) -> None:
-        """Every verdict with the host's whole evidence, as graded (the trainer gets it without the argv),
-        numbered by request (completions of one task in one request are a group), then the summary again."""
-        with self._gradings_lock:
-            self._requests += 1
-            records = [{**verdict, "request": self._requests} for verdict in verdicts]
-            with self.files.gradings_log.open("a", encoding="utf-8") as out:
-                out.writelines(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in records)
-            for record in records:
-                self._tally.add(record)
-            self._publish_summary()
-
-    def _publish_summary(self) -> None:
-        """status.json's summary and diagnostics from the tally (the caller holds the gradings lock)."""
-        if self._tally.records:
-            self.status.platform_summary(self._tally.summary(self._min_comparison_tasks), self._tally.diagnostics())
-
-    def _progress(self, report: dict[str, Any]) -> None:
-        """A trainer's progress report, less the summary keys the platform owns (said once in the log)."""
-        summary = report.get("summary")
-        if isinstance(summary, dict) and PLATFORM_SUMMARY_KEYS & summary.keys():
-            dropped = sorted(PLATFORM_SUMMARY_KEYS & summary.keys())
-            report = {**report, "summary": {k: v for k, v in summary.items() if k not in PLATFORM_SUMMARY_KEYS}}
-            if not self._dropped_summary_keys:
-                self._dropped_summary_keys = True
-                print(
-                    f"ignored the trainer's summary keys {dropped} (and any later ones the platform owns): "
-                    "nodus computes them from its own gradings",
-                    file=sys.stderr,
-                    flush=True,
-                )
-        self.status.progress(report)
-
     def _heartbeat(self) -> None:
         # Its own thread: stopping a trainer can take the main loop `stopGraceS`, and a supervisor that is
         # busy stopping is not a lost one.
@@ -456,52 +363,18 @@ class Supervisor:
             with contextlib.suppress(OSError):
                 self.status.update(heartbeatAt=time.time())
 
-    def _close_graders(self, grading: GradingService) -> None:
-        graders = grading.graders(self.grading_job)
-        grading.close(self.grading_job)
-        self.status.event("GradersClosed", {"graders": graders})
-
     def _finish(self, outcome: Outcome) -> None:
-        with self._gradings_lock:
-            self._publish_summary()  # the last word on the summary is the platform's, whatever came after
-        session = self._session_cost()
-        cost = self.base_cost + session
-        now = time.time()
-        started = self.status.get("sessionStartedAt") if self._trainer is not None else None
-        record = {
-            "attempt": self.spec.attempt,
-            "startedAt": started,
-            "endedAt": now,
-            "seconds": self._session_seconds(),
-            "costUSD": usd(session),
-            "reason": outcome.reason,
-        }
-        fields: dict[str, Any] = {
-            "costUSD": usd(cost),
-            "reason": outcome.reason,
-            "message": outcome.message,
-            "sessions": [*self.status.get("sessions", []), record],
-            "heartbeatAt": now,
-            **outcome.extra,
-        }
-        if outcome.phase is not None:
-            fields["phase"] = outcome.phase
-        if outcome.phase in TERMINAL:
-            fields["finishedAt"] = now
-        details = {"message": outcome.message, "costUSD": usd(cost)}
-        self.status.event(outcome.reason, details, update=fields, durable=True)
+        self.session.finish(outcome, final=outcome.phase in TERMINAL)
 
 
-def read_tally(path: Path) -> GradingTally:
-    """The tally of a job's whole gradings log (a restarted supervisor goes on from it).
+def earlier_gradings(path: Path) -> list[dict[str, Any]]:
+    """Every whole verdict record of a job's gradings log (a restarted supervisor's session goes on from them).
 
     A line a killed supervisor left half-written is skipped: it was never answered, so no trainer saw it.
     """
-    tally = GradingTally()
     with contextlib.suppress(FileNotFoundError), path.open(encoding="utf-8") as log:
-        for record in json_objects(log):
-            tally.add(record)
-    return tally
+        return list(json_objects(log))
+    return []
 
 
 def _end_partial_line(path: Path) -> None:
@@ -512,15 +385,6 @@ def _end_partial_line(path: Path) -> None:
         log.seek(-1, os.SEEK_END)
         if log.read(1) != b"\n":
             log.write(b"\n")
-
-
-def min_comparison_tasks(params: Mapping[str, Any]) -> int:
-    """`evaluation.minComparisonTasks` of the job's params.json (the seeds' default when it has none)."""
-    evaluation = params.get("evaluation")
-    value = evaluation.get("minComparisonTasks") if isinstance(evaluation, Mapping) else None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return value
-    return DEFAULT_MIN_COMPARISON_TASKS
 
 
 def _kill_group(pgid: int, sig: signal.Signals) -> None:

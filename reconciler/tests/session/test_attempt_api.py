@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from nodus.errors import PermanentError, TemporaryError
-from nodus.reconciler.executors.local.attempt_api import AttemptAPI, AttemptServer, for_trainer
-from nodus.reconciler.executors.local.job import EnvironmentSpec
 from nodus.reconciler.grading import EnvironmentRef, GradingService, GradingSettings, Verdict
+from nodus.reconciler.session.attempt_api import AttemptAPI, AttemptServer, FileTranscript, for_trainer
+from nodus.reconciler.session.environment import EnvironmentSpec
 from nodus.reconciler.session.summary import PHASES
 
 ENVIRONMENT = EnvironmentSpec("fake", "1.0.0", paths=("/nonexistent",), train_tasks=3, held_out_tasks=2, seed=7)
@@ -231,7 +231,8 @@ class UnixConnection(http.client.HTTPConnection):
 def served(tmp_path: Path) -> Iterator[tuple[AttemptServer, Path]]:
     api, _, _ = make_api(FakeGrading())
     path = tmp_path / "a.sock"
-    server = AttemptServer(path, api, access_log=tmp_path / "attempt.log", wire_log=tmp_path / "wire.jsonl")
+    transcript = FileTranscript(tmp_path / "attempt.log", tmp_path / "wire.jsonl")
+    server = AttemptServer(path, api, transcript=transcript, record_wire=True)
     server.start()
     try:
         yield server, tmp_path
@@ -299,7 +300,7 @@ def test_closing_the_server_removes_its_socket(tmp_path: Path) -> None:
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stale.bind(str(path))  # left behind by a dead supervisor
     stale.close()
-    server = AttemptServer(path, api, access_log=tmp_path / "attempt.log")
+    server = AttemptServer(path, api, transcript=FileTranscript(tmp_path / "attempt.log"))
     server.start()
     server.close()
     assert not path.exists()

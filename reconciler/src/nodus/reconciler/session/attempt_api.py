@@ -1,7 +1,8 @@
 """The attempt API: how a trainer gets its tasks, has completions graded and reports progress.
 
-Who uses it: the job supervisor serves it on a Unix socket (path in `NODUS_ATTEMPT_API`) for the one job
-it runs; trainers (the runtimes, the test runtime) are its clients. HTTP/1.1, JSON bodies, POST only:
+Who uses it: the job session (`session.py`) serves it on a Unix socket (path in `NODUS_ATTEMPT_API`) for the
+one job it runs, wherever that runs (the local supervisor today); trainers (the runtimes, the test runtime) are
+its clients. HTTP/1.1, JSON bodies, POST only:
 
     POST /trainingjobs/{name}/tasks      -> {"files": {"train.jsonl": "...", "test.jsonl": "..."}}
                                             one {"taskId", "prompt", "metadata"} per line, never an answer
@@ -15,20 +16,23 @@ it runs; trainers (the runtimes, the test runtime) are its clients. HTTP/1.1, JS
 (`/jobs/{name}/...` is the same for a plain Job.) Errors are `{"error": "..."}` with 400 (bad body), 404
 (unknown path or another job's name), 405, 409 (no environment), 411, 413, 500 or 503 (grading failed,
 retry after `Retry-After`). The `phase` of a gradings request goes with each verdict to `on_verdicts`: the
-supervisor computes the run's summary (baseline and final pass rates) from those records, never from what the
+session computes the run's summary (baseline and final pass rates) from those records, never from what the
 trainer reports. `AttemptAPI.handle` is the whole behaviour without sockets; `AttemptServer`
-puts it on the socket, logs every request with its byte sizes to `logs/attempt.log` and, when asked,
-every body that crossed the socket to `logs/attempt-wire.jsonl`.
+puts it on the socket and tells an `AttemptTranscript` one line per request with its byte sizes and, when
+asked, every body that crossed the socket (the local supervisor writes them to `logs/attempt.log` and
+`logs/attempt-wire.jsonl`; `FileTranscript` is that pair of files).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
 import os
 import socketserver
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -38,13 +42,13 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from nodus.errors import ConfigError, NodusError, TemporaryError
 
-from ...grading import GradingService
-from ...session.summary import DEFAULT_PHASE, PHASES
-from .job import EnvironmentSpec, append_jsonl, write_text_atomic
+from ..grading import GradingService
+from .environment import EnvironmentSpec
+from .summary import DEFAULT_PHASE, PHASES
 
 STAGES: Final = ("Baseline", "Training", "Evaluating", "Exporting")
 TASK_FIELDS: Final = ("taskId", "prompt", "metadata")
@@ -77,10 +81,10 @@ def _error(status: int, message: str, **headers: str) -> Reply:
 class AttemptAPI:
     """The attempt API of one job, without the transport: `handle(method, path, body) -> Reply`.
 
-    `on_event` receives each checked progress report (the supervisor merges it into status.json);
+    `on_event` receives each checked progress report (the session merges it into the status);
     `on_verdicts` the verdicts of each grading with the host's whole evidence and the request's `phase` (the
-    supervisor keeps them in logs/gradings.jsonl); `log` gets one line for anything worth noting that is not
-    a request.
+    session numbers them, tallies them and hands them to its sink); `log` gets one line for anything worth
+    noting that is not a request.
     """
 
     def __init__(
@@ -145,7 +149,7 @@ class AttemptAPI:
 
     def _serve_tasks(self) -> Reply:
         environment = self._environment()
-        # Fetched once per supervisor: each fetch runs `nodus-env tasks` in a sandbox (the two splits at
+        # Fetched once per session: each fetch runs `nodus-env tasks` in a sandbox (the two splits at
         # once, as loading an environment can take seconds), and the lists are fixed by (environment, seed).
         with self._tasks_lock:
             if self._tasks is None:
@@ -265,25 +269,71 @@ def _json_object(body: bytes, *, allow_empty: bool) -> dict[str, Any]:
     return payload
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace `path` whole with `text` (a task manifest): readers never see part of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
 # --- transport: HTTP/1.1 on a Unix socket -----------------------------------------------------------------
+
+
+class AttemptTranscript(Protocol):
+    """Where the server tells what crossed its socket (calls come from the connections' threads, one at a time)."""
+
+    def attempt_request(self, line: str) -> None:
+        """One line per request: time, method, path, status, byte sizes, milliseconds (and the error)."""
+
+    def attempt_wire(self, record: Mapping[str, Any]) -> None:
+        """With `record_wire`: the request's and the response's bodies as they crossed the socket."""
+
+
+class FileTranscript:
+    """An `AttemptTranscript` in two files: the access log (one line per request) and a JSON-lines wire log."""
+
+    def __init__(self, access_log: Path, wire_log: Path | None = None) -> None:
+        self.access_log = access_log
+        self.wire_log = wire_log
+        access_log.parent.mkdir(parents=True, exist_ok=True)
+
+    def attempt_request(self, line: str) -> None:
+        with self.access_log.open("a", encoding="utf-8") as out:
+            out.write(line + "\n")
+
+    def attempt_wire(self, record: Mapping[str, Any]) -> None:
+        if self.wire_log is None:
+            return
+        line = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n"
+        with self.wire_log.open("a", encoding="utf-8") as out:
+            out.write(line)
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
-    block_on_close = False  # grading in flight must not hold up a supervisor that is stopping
+    block_on_close = False  # grading in flight must not hold up a session that is stopping
 
 
 class AttemptServer:
-    """`api` served on `socket_path` (mode 0600: only this user's processes connect), one thread per connection."""
+    """`api` served on `socket_path` (mode 0600: only this user's processes connect), one thread per connection;
+    each request told to `transcript`, with both bodies when `record_wire`."""
 
-    def __init__(self, socket_path: Path, api: AttemptAPI, *, access_log: Path, wire_log: Path | None = None) -> None:
+    def __init__(
+        self, socket_path: Path, api: AttemptAPI, *, transcript: AttemptTranscript, record_wire: bool = False
+    ) -> None:
         self.socket_path = socket_path
         self.api = api
-        self.access_log = access_log
-        self.wire_log = wire_log
+        self.transcript = transcript
+        self.record_wire = record_wire
         self._log_lock = threading.Lock()
-        access_log.parent.mkdir(parents=True, exist_ok=True)
-        # A socket file left by a dead supervisor would make bind fail.
+        # A socket file left by a dead session (a killed supervisor) would make bind fail.
         if socket_path.is_socket():
             socket_path.unlink()
         # Bound and listening from here on: a trainer started now can connect before `start` (the backlog holds it).
@@ -309,22 +359,21 @@ class AttemptServer:
             self.socket_path.unlink()
 
     def record(self, method: str, path: str, body: bytes, reply: Reply, out_bytes: int, seconds: float) -> None:
-        """One line per request in the access log; with a wire log, both bodies as they crossed the socket."""
+        """One line per request in the transcript; with `record_wire`, both bodies as they crossed the socket."""
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
         line = f"{stamp} {method} {path} {reply.status} in={len(body)}B out={out_bytes}B {seconds * 1000:.1f}ms"
         if reply.status >= 400:
             line += f" error={reply.body.get('error', '')!r:.200}"
         with self._log_lock:
-            with self.access_log.open("a", encoding="utf-8") as out:
-                out.write(line + "\n")
-            if self.wire_log is not None:
+            self.transcript.attempt_request(line)
+            if self.record_wire:
                 request: Any
                 try:
                     request = json.loads(body) if body.strip() else None
                 except (ValueError, UnicodeDecodeError):
                     request = body.decode("utf-8", errors="replace")
                 wire = {"method": method, "path": path, "status": reply.status, "request": request}
-                append_jsonl(self.wire_log, {**wire, "response": reply.body})
+                self.transcript.attempt_wire({**wire, "response": reply.body})
 
 
 def _handler_class(server: AttemptServer) -> type[BaseHTTPRequestHandler]:
@@ -355,7 +404,7 @@ def _handler_class(server: AttemptServer) -> type[BaseHTTPRequestHandler]:
             except _RequestError as exc:
                 reply = _error(exc.status, exc.message)
                 self.close_connection = True  # the body was not read: the stream is out of step
-            except Exception as exc:  # a bug: answer, keep serving, and leave the traceback in the supervisor log
+            except Exception as exc:  # a bug: answer, keep serving, and leave the traceback on stderr
                 traceback.print_exc(file=sys.stderr)
                 reply = _error(HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error: {type(exc).__name__}: {exc}")
             data = json.dumps(reply.body, ensure_ascii=False).encode()
