@@ -32,6 +32,7 @@ import click
 
 from nodus.cli.console import err_line, line
 from nodus.errors import ConfigError, SpecError
+from nodus.reconciler.controllers.coverage import stored_only_notes
 from nodus.reconciler.planning.desired import Desired
 from nodus.reconciler.planning.diff import Plan, plan
 from nodus.reconciler.planning.render import render_json, render_markdown, render_table
@@ -82,8 +83,8 @@ def render(output: str, made: Plan, costs: PlanCosts | None, next_command: str) 
     if output == "json":
         return render_json(made, costs)
     if output == "markdown":
-        return render_markdown(made, costs=costs, next_command=next_command)
-    return render_table(made, costs)
+        return render_markdown(made, costs=costs, next_command=next_command, stored_only=stored_only_notes(made))
+    return render_table(made, costs, stored_only=stored_only_notes(made))
 
 
 @click.command("plan")
@@ -196,7 +197,8 @@ def apply_command(
 
         def make_plan(store: StateStore) -> Plan:
             made = _make_plan(desired, store, prune=prune, refresh_only=False)
-            sys.stdout.write(render_table(made, price(made, project, store, prices_file)).rstrip("\n") + "\n")
+            costs = price(made, project, store, prices_file)
+            sys.stdout.write(render_table(made, costs, stored_only=stored_only_notes(made)).rstrip("\n") + "\n")
             if made.has_changes and not yes:
                 if not sys.stdin.isatty():
                     raise ConfigError("apply needs confirmation", hint="pass --yes (or apply a saved plan file)")
