@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from nodus.reconciler.controllers.coverage import stored_only_notes
 from nodus.reconciler.planning import Plan, render_json, stale_reasons
 from nodus.reconciler.planning.golden import GOLDEN, Scenario, main, scenarios
 
@@ -47,6 +48,13 @@ def test_the_saved_plan_reads_back_as_the_same_plan(name: str) -> None:
     assert saved == scenario.plan()
     # A priced plan's costs ride along in plan.json; apply reads the plan and prices a run when it launches it.
     assert render_json(saved, scenario.costs(saved)) == (scenario.folder / "plan.json").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_the_stored_only_notes_are_the_controllers(name: str) -> None:
+    """The renderers are pure and are handed the stored-only notes; a scenario's are what `nodus plan` hands them."""
+    scenario = SCENARIOS[name]
+    assert scenario.stored_only() == stored_only_notes(scenario.plan()), f"{scenario.folder}/options.json storedOnly"
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

@@ -99,3 +99,16 @@ def test_backticks_in_values_do_not_break_the_fenced_plan() -> None:
     prompt = FieldChange("spec.system", "change", "use ```python", "use ````python")
     text = render_markdown(Plan((_update("agent", prompt),)))
     assert "\n`````text\n" in text and "\n`````\n" in text
+
+
+def test_the_stored_only_lines_are_the_callers_notes() -> None:
+    """Planning is pure: the kinds nothing runs come from the caller (`coverage.stored_only_notes`), not a registry."""
+    endpoint = Action("create", ResourceKey("InferenceEndpoint", "default", "chat"), "new", {}, "h")
+    gone = Action("delete", ResourceKey("InferenceEndpoint", "default", "old"), "not in the files", None, None, "h")
+    planned = Plan((_update("tj", STEPS), endpoint, gone))
+    notes = {"InferenceEndpoint": "stored only: nothing runs it here"}
+    assert "InferenceEndpoint/chat: stored only: nothing runs it here" in render_table(planned, stored_only=notes)
+    assert "InferenceEndpoint/old: stored only" not in render_table(planned, stored_only=notes)
+    markdown = render_markdown(planned, stored_only=notes)
+    assert "### Stored only\n\n- InferenceEndpoint/chat: stored only: nothing runs it here\n" in markdown
+    assert "stored only" not in render_table(planned) + render_markdown(planned)

@@ -4,6 +4,10 @@ Who calls it: `nodus.cli.main` registers both. They read the specs under PATH (`
 observed state from the project's store (`nodus.reconciler.project`), plan with the pure planner
 (`nodus.reconciler.planning`) and apply with `nodus.reconciler.apply`.
 
+`nodus plan` is a pure read, like `nodus get`: it plans from the stored status (no supervisor is restarted,
+nothing exported, no status written) and says on stderr when a live job's status is older than its heartbeat.
+`apply --wait` follows the jobs under the apply lease (`refresh_under_lease`), as `nodus wait` does.
+
 Exit codes of `nodus plan`: 0 no changes, 2 changes, 1 an error (as `terraform plan -detailed-exitcode`).
 A TrainingJob that apply would refuse (a parameter typo, a missing runtime, a lowered cap) is an error of the
 plan too: one line per problem naming the file, the job and the field, and nothing is shown as planned.
@@ -32,6 +36,7 @@ import click
 
 from nodus.cli.console import err_line, line
 from nodus.errors import ConfigError, SpecError
+from nodus.reconciler.controllers.coverage import stored_only_notes
 from nodus.reconciler.planning.desired import Desired
 from nodus.reconciler.planning.diff import Plan, plan
 from nodus.reconciler.planning.render import render_json, render_markdown, render_table
@@ -83,15 +88,15 @@ def render(output: str, made: Plan, costs: PlanCosts | None, next_command: str) 
     if output == "json":
         return render_json(made, costs)
     if output == "markdown":
-        return render_markdown(made, costs=costs, next_command=next_command)
-    return render_table(made, costs)
+        return render_markdown(made, costs=costs, next_command=next_command, stored_only=stored_only_notes(made))
+    return render_table(made, costs, stored_only=stored_only_notes(made))
 
 
 @click.command("plan")
 @click.argument("path", required=False, type=click.Path(exists=True, path_type=Path))
 @click.option("-o", "--output", type=click.Choice(RENDERERS), default="table", show_default=True)
 @click.option("--out", "out_file", type=click.Path(path_type=Path), help="Save the plan for `nodus apply FILE`.")
-@click.option("--refresh-only", is_flag=True, help="Only refresh observed status; plan no changes.")
+@click.option("--refresh-only", is_flag=True, help="Plan no changes: show the stored status (nodus refresh moves it).")
 @click.option("--prune", is_flag=True, help="Destroy resources in the store that are no longer in the files.")
 @click.option("--prices", "prices_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help=PRICES_HELP)
 @click.option("--state", help="State store: a SQLite path or postgresql://... (default: .nodus/state.db).")
@@ -111,9 +116,9 @@ def plan_command(
     warn_stale_sources(desired, project)
     store = project.open_state(create=False)  # planning reads: no .nodus/ where there is none
     try:
-        from nodus.reconciler.refresh import refresh
-
-        refresh(project, store)
+        # A pure read, like `nodus get`: the plan is made from the stored status (refreshing would restart a lost
+        # supervisor or export outside the apply lease); it says when a job has moved on since that status.
+        _note_statuses_behind(project, store)
         result = _make_plan(desired, store, prune=prune, refresh_only=refresh_only)
         _refuse_what_apply_would(result, store)
         costs = None if refresh_only else price(result, project, store, prices_file)
@@ -125,6 +130,27 @@ def plan_command(
         out_file.write_text(render_json(result, costs), encoding="utf-8")
         err_line(f"saved to {out_file}: apply it exactly with `nodus apply {out_file}`", dim=True)
     sys.exit(result.exit_code)
+
+
+def _note_statuses_behind(project: Project, store: StateStore) -> None:
+    """On stderr, as `nodus get` says it: the live jobs whose stored status is older than their heartbeat (or
+    whose supervisor stopped heartbeating); read only, nothing is started or written."""
+    from nodus.cli.resources import LIVE_PHASES, heartbeat_note
+    from nodus.reconciler.controllers.registry import REGISTRY
+
+    now = time.time()
+    behind = []
+    for controller in REGISTRY:
+        if not controller.heartbeats:
+            continue
+        for record in store.list(controller.kind):
+            if record.status.get("phase") not in LIVE_PHASES:
+                continue
+            beat = controller.heartbeat(record, project)
+            if beat is not None and heartbeat_note(record, beat, now):
+                behind.append(str(record.key))
+    if behind:
+        err_line(f"note: the status of {', '.join(behind)} is older than its job's heartbeat: run nodus refresh")
 
 
 def _refuse_what_apply_would(made: Plan, store: StateStore) -> None:
@@ -197,7 +223,8 @@ def apply_command(
 
         def make_plan(store: StateStore) -> Plan:
             made = _make_plan(desired, store, prune=prune, refresh_only=False)
-            sys.stdout.write(render_table(made, price(made, project, store, prices_file)).rstrip("\n") + "\n")
+            costs = price(made, project, store, prices_file)
+            sys.stdout.write(render_table(made, costs, stored_only=stored_only_notes(made)).rstrip("\n") + "\n")
             if made.has_changes and not yes:
                 if not sys.stdin.isatty():
                     raise ConfigError("apply needs confirmation", hint="pass --yes (or apply a saved plan file)")
@@ -281,7 +308,6 @@ def _wait(project: Project, store: StateStore, keys: list[ResourceKey], timeout:
     """Follow `keys` until each has ended (or can no longer progress); the outcomes that are not a success.
 
     Ends early, with those outcomes, as soon as nothing is left that can still change; a timeout is an error."""
-    from nodus.reconciler.refresh import refresh
     from nodus.reconciler.views.warnings import unseen as unseen_warnings
     from nodus.reconciler.waiting import outcome
     from nodus.specs.types import parse_duration
@@ -291,7 +317,7 @@ def _wait(project: Project, store: StateStore, keys: list[ResourceKey], timeout:
     warned: dict[str, str] = {}
     ended: dict[ResourceKey, Outcome] = {}
     while True:
-        refresh(project, store)
+        _refresh_under_lease(project, store)
         pending: list[ResourceRecord] = []
         for key in keys:
             record = store.get(key)
@@ -315,6 +341,18 @@ def _wait(project: Project, store: StateStore, keys: list[ResourceKey], timeout:
             waiting = ", ".join(f"{record.key} ({_progress(record)})" for record in pending)
             raise ConfigError(f"timed out after {timeout} waiting for {waiting}")
         time.sleep(1)
+
+
+def _refresh_under_lease(project: Project, store: StateStore) -> None:
+    """One look of `apply --wait` at the running jobs, under the apply lease (a lost supervisor is recovered,
+    outputs exported, as `nodus refresh` does); while another apply holds the lease, this look is skipped."""
+    from nodus.reconciler.refresh import refresh_under_lease
+    from nodus.reconciler.state.records import LeaseHeld
+
+    try:
+        refresh_under_lease(project, store, "apply --wait")
+    except LeaseHeld:
+        return
 
 
 def progress_lines(record: ResourceRecord) -> list[str]:

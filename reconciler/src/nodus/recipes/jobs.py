@@ -31,6 +31,7 @@ from nodus.recipes.apply import (
 )
 from nodus.recipes.environment import PackagedEnvironment
 from nodus.recipes.runs import Run, camel
+from nodus.reconciler.controllers.coverage import stored_only_notes
 from nodus.reconciler.planning.desired import Desired
 from nodus.reconciler.planning.diff import CREATED_BY, SDK, Plan
 from nodus.reconciler.planning.render import render_table
@@ -230,7 +231,7 @@ class Preview:
     """Cost and duration to completion: not estimated yet (None)."""
 
     def __str__(self) -> str:
-        lines = [render_table(self.plan).rstrip("\n")]
+        lines = [render_table(self.plan, stored_only=stored_only_notes(self.plan)).rstrip("\n")]
         lines += [f"blocked: {reason}" for reason in self.blocking]
         return "\n".join(lines)
 

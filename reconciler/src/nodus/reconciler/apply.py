@@ -6,8 +6,9 @@ or a saved plan (`--out plan.json` of `nodus plan`), which is applied exactly or
 Order of work, and why:
 1. take the lease (`apply`): two applies never interleave; the second fails fast naming the holder;
 2. for a saved plan, refuse it when anything it was made against has moved (`stale_reasons`);
-3. admit every TrainingJob of the plan before writing anything: a refused parameter costs nothing and
-   leaves no half-applied state;
+3. admit every resource of the plan before writing anything, each by its kind's controller (`admit`: a
+   TrainingJob's runtime, parameters and cap, an evaluation AgentGroup's Environment): a refused parameter
+   costs nothing and leaves no half-applied state;
 4. per wave (Secrets and Volumes, then Environments and runtimes, then jobs, then agent runs), write the
    specs in one transaction, then let each kind's controller act: an Environment becomes Ready (built
    first with `--build`), a TrainingJob is launched. A launch is recorded under an idempotency key
@@ -23,21 +24,25 @@ import re
 import socket
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 
 from nodus.errors import NodusError, PlanError, SpecError
 from nodus.reconciler.controllers import registry
-from nodus.reconciler.controllers.admission import admit, admit_agent_group
+from nodus.reconciler.controllers.base import (
+    AdmissionContext,
+    Context,
+    Done,
+    PlannedState,
+    Requeue,
+    failure_status,
+    silent,
+)
 from nodus.reconciler.controllers.base import ApplyOptions as ApplyOptions  # apply's options, as before
-from nodus.reconciler.controllers.base import Context, Done, Requeue, failure_status, silent
 from nodus.reconciler.controllers.base import Reporter as Reporter
 from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.planning.diff import Action, Plan, stale_reasons, wave_of
-from nodus.reconciler.planning.managed import read_catalog
 from nodus.reconciler.project import Project, holder
-from nodus.reconciler.references import runtime_key
 from nodus.reconciler.state.records import (
     Conflict,
     JSONObject,
@@ -208,9 +213,9 @@ def apply_operations(
 
 
 @dataclass(frozen=True)
-class Refusal:
-    """Why a TrainingJob (or an evaluation AgentGroup) of a plan would not be admitted: `message` starts with the
-    field it is about."""
+class PlanRefusal:
+    """Why a resource of a plan (a TrainingJob, an evaluation AgentGroup) would not be admitted, as its kind's
+    controller said it (`Controller.admit`): `message` starts with the field it is about."""
 
     operation: Operation
     reason: str
@@ -230,75 +235,34 @@ class Refusal:
         return f"{where}{self.operation.key.kind}/{self.operation.key.name}: {self.message}"
 
 
-def refusals(operations: Sequence[Operation], store: StateStore) -> list[Refusal]:
-    """Admission of every TrainingJob that `operations` create, change or replace, and of every evaluation
-    AgentGroup's Environment, against the store as it would be after them (a runtime or Environment of the same
-    plan counts): what would be refused.
+ADMITTED_ACTIONS = frozenset({"create", "update", "replace"})
+"""The actions whose desired document is admitted (a noop was admitted when it was written; a delete writes none)."""
 
-    Who calls it: apply, before writing anything, and `nodus plan`, so a typo fails the plan too."""
+
+def refusals(operations: Sequence[Operation], store: StateStore) -> list[PlanRefusal]:
+    """What the controllers of the resources that `operations` create, change or replace would refuse
+    (`Controller.admit`, through the registry), against the store as it would be after them (a runtime or
+    Environment of the same plan counts). Only reads the store (`get` and `list`).
+
+    Who calls it: apply, before writing anything, `nodus plan`, so a typo fails the plan too, the SDK's preview
+    and `nodus apply --dry-run`."""
     pending = {op.key: op.document for op in operations if op.document is not None}
-    stored = [*store.list("Environment"), *store.list("Volume")]
-    known = {
-        key: document
-        for key, document in [*((r.key, r.spec) for r in stored), *pending.items()]
-        if key.kind in ("Environment", "Volume") and document is not None
-    }
-    found: list[Refusal] = []
+    planned = PlannedState(store, pending)
+    found: list[PlanRefusal] = []
     for op in operations:
-        if op.key.kind == "AgentGroup" and op.document is not None and op.action not in ("noop", "delete"):
-            group = admit_agent_group(op.document, known)
-            if not group.admitted:
-                found.append(Refusal(op, group.reason, group.message))
-        if op.key.kind != "TrainingJob" or op.document is None or op.action in ("noop", "delete"):
+        if op.document is None or op.action not in ADMITTED_ACTIONS:
             continue
-        runtime = _document(runtime_key(op.document), pending, store)
-        verdict = admit(op.document, runtime, known, _known_runtimes(pending, store) if runtime is None else ())
-        if not verdict.admitted:
-            found.append(Refusal(op, verdict.reason, verdict.message))
-        lowered = _lowered_cap(store, op)
-        if lowered:
-            found.append(Refusal(op, "", f"spec.maxCostUSD: {lowered}"))
+        controller = registry.REGISTRY.for_kind(op.key.kind)
+        said = controller.admit(store.get(op.key), op.document, AdmissionContext(planned, op.action))
+        found += [PlanRefusal(op, refusal.reason, refusal.message) for refusal in said]
     return found
 
 
-def _known_runtimes(pending: Mapping[ResourceKey, JSONObject | None], store: StateStore) -> set[ResourceKey]:
-    """Every runtime a job could name: the plan's, the store's and the managed catalog's (for "did you mean")."""
-    catalog, _ = read_catalog()
-    stored = {record.key for record in store.list("TrainingRuntime")}
-    return {key for key in pending if key.kind == "TrainingRuntime"} | stored | set(catalog)
-
-
 def _admit_all(operations: Sequence[Operation], store: StateStore) -> None:
-    """Refuse the whole apply if any TrainingJob it writes would not be admitted (nothing written yet)."""
+    """Refuse the whole apply if any resource it writes would not be admitted (nothing written yet)."""
     problems = [refusal.line() for refusal in refusals(operations, store)]
     if problems:
         raise SpecError(problems, hint="nothing was applied; fix the specs and apply again")
-
-
-def _lowered_cap(store: StateStore, op: Operation) -> str | None:
-    """Why a cap change is refused (a spending cap can only be raised), or None."""
-    record = store.get(op.key)
-    if record is None or op.document is None or op.action == "replace":
-        return None
-    before = record.spec.get("spec", {}).get("maxCostUSD")
-    after = op.document.get("spec", {}).get("maxCostUSD")
-    if before is None:
-        return None
-    if after is None:
-        # Removing the cap on a capped job would lift every limit at once: say so rather than guess.
-        return f"a spending cap can only be raised, not removed (it is {before})"
-    if Decimal(str(after)) < Decimal(str(before)):
-        return f"a spending cap can only be raised (it is {before}; asked for {after})"
-    return None
-
-
-def _document(
-    key: ResourceKey, pending: Mapping[ResourceKey, JSONObject | None], store: StateStore
-) -> JSONObject | None:
-    if key in pending:
-        return pending[key]
-    record = store.get(key)
-    return None if record is None else record.spec
 
 
 def _write(batch: Sequence[Operation], store: StateStore, result: ApplyReport, report: Reporter) -> None:

@@ -1,8 +1,8 @@
 """Refreshing observed state: each kind's controller copies what its running work reports into the records.
 
 Who calls it: where the reconcile loop runs, under the apply lease: `nodus refresh` (`nodus.cli.refresh`),
-`nodus wait`, `nodus apply --wait`, `nodus plan` and `nodus controller` (`nodus.reconciler.gitops.sync`).
-Never `nodus get` or `describe`: those are pure reads.
+`nodus wait`, `nodus apply --wait` and `nodus controller` (`nodus.reconciler.gitops.sync`). Never `nodus get`,
+`describe` or `plan`: those are pure reads.
 
 What happens is the controllers' (`Controller.observe`, through `nodus.reconciler.controllers.registry`): a
 job whose supervisor is gone is recovered (`controllers/runs.recover`: restarted from its state folder while

@@ -1,8 +1,10 @@
 """TrainingJob admission: everything that can be refused before anything runs or costs money.
 
-Who calls it: the TrainingJob controller on every apply; `nodus plan` and `apply` before anything is written
-(`apply.refusals`), which also ask `admit_agent_group` about an evaluation AgentGroup's Environment. It is
-pure: the job's document, its runtime's document and the Environments known to the store in, an `Admission` out.
+Who calls it: the TrainingJob controller on every apply (`admit`); `nodus plan` and `apply` before anything is
+written, through the controllers' `admit` hook (`apply.refusals` asks the registry): the TrainingJob controller
+answers with `trainingjob_refusals`, the AgentGroup one with `agent_group_refusals` (an evaluation group's
+Environment). It is pure: the job's document, its runtime's document and the Environments known to the store
+in, an `Admission` out.
 
 What it decides, in the seeds' words: the runtime exists (else "did you mean" the closest known runtime); the
 runtime can run the job's mode; an Environment-backed run names an Environment that exists at that version and
@@ -25,10 +27,13 @@ import difflib
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
+from nodus.reconciler.controllers.base import AdmissionContext, Refusal
+from nodus.reconciler.planning.managed import read_catalog
 from nodus.reconciler.references import environment_ref, merge, runtime_key, split_ref
-from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey
+from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey, ResourceRecord
 
 JSONObject = dict[str, Any]
 
@@ -102,6 +107,49 @@ def admit(
         reason, path, detail = export
         return _refused(reason, path, detail, key, environment=env_key)
     return Admission(True, parameters=parameters, runtime=key, environment=env_key, model=model)
+
+
+def trainingjob_refusals(record: ResourceRecord | None, job: JSONObject, context: AdmissionContext) -> list[Refusal]:
+    """The TrainingJob controller's `admit`: `admit` against the plan's runtime and Environments (a misspelt
+    runtime's "did you mean" drawn from the plan's, the store's and the managed catalog's runtimes), and a
+    spending cap lowered or removed against the stored job (`record`)."""
+    planned = context.planned
+    runtime = planned.document(runtime_key(job))
+    runtimes = _known_runtimes(context) if runtime is None else ()
+    verdict = admit(job, runtime, planned.of_kinds("Environment", "Volume"), runtimes)
+    found = [] if verdict.admitted else [Refusal(verdict.reason, verdict.message)]
+    lowered = lowered_cap(record, job, context.action)
+    if lowered:
+        found.append(Refusal("", f"spec.maxCostUSD: {lowered}"))
+    return found
+
+
+def _known_runtimes(context: AdmissionContext) -> set[ResourceKey]:
+    """Every runtime a job could name: the plan's, the store's and the managed catalog's (for "did you mean")."""
+    catalog, _ = read_catalog()
+    return set(context.planned.of_kinds("TrainingRuntime")) | set(catalog)
+
+
+def lowered_cap(record: ResourceRecord | None, job: JSONObject, action: str) -> str | None:
+    """Why a cap change is refused (a spending cap can only be raised), or None. A replacement starts afresh."""
+    if record is None or action == "replace":
+        return None
+    before = record.spec.get("spec", {}).get("maxCostUSD")
+    after = job.get("spec", {}).get("maxCostUSD")
+    if before is None:
+        return None
+    if after is None:
+        # Removing the cap on a capped job would lift every limit at once: say so rather than guess.
+        return f"a spending cap can only be raised, not removed (it is {before})"
+    if Decimal(str(after)) < Decimal(str(before)):
+        return f"a spending cap can only be raised (it is {before}; asked for {after})"
+    return None
+
+
+def agent_group_refusals(group: JSONObject, context: AdmissionContext) -> list[Refusal]:
+    """The AgentGroup controller's `admit`: an evaluation group's Environment, against the plan's and the store's."""
+    verdict = admit_agent_group(group, context.planned.of_kinds("Environment", "Volume"))
+    return [] if verdict.admitted else [Refusal(verdict.reason, verdict.message)]
 
 
 DEFAULT_HELD_OUT_TASKS = 64
@@ -215,7 +263,8 @@ def _schema_problem(schema: JSONObject, parameters: JSONObject) -> tuple[str, st
 
 def suggest_runtime(written: str, wanted: ResourceKey, runtimes: Collection[ResourceKey]) -> str | None:
     """The runtime `written` (`nodus/grpo-lor`) was probably meant to be (`nodus/grpo-lora`), spelt the way the
-    job would write it (no project prefix for one of the job's own project, as `written` has none), or None."""
+    job would write it (no project prefix for one of the job's own project, as `written` has none), or None.
+    `runtimes`: the TrainingRuntimes that exist."""
     spelt = {
         (
             runtime.name
@@ -223,7 +272,7 @@ def suggest_runtime(written: str, wanted: ResourceKey, runtimes: Collection[Reso
             else f"{runtime.project}/{runtime.name}"
         )
         for runtime in runtimes
-        if runtime.kind == "TrainingRuntime" and runtime != wanted
+        if runtime != wanted
     }
     close = difflib.get_close_matches(written, sorted(spelt), n=1, cutoff=0.75)
     return close[0] if close else None

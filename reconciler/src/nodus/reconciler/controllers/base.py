@@ -13,13 +13,13 @@ to catch them itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from nodus.errors import NodusError
 from nodus.reconciler.project import Project
-from nodus.reconciler.state.records import JSONObject, ResourceRecord, StateStore
+from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore
 
 Reporter = Callable[[str, str], None]
 """`report(resource, what happened)`: progress lines of the CLI."""
@@ -110,9 +110,59 @@ class Heartbeat:
         return (self.phase, self.step) != (status.get("phase"), status.get("step"))
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Why a resource of a plan would not be admitted. `message` starts with the field it is about
+    (`spec.parameters.learning_rate: unknown parameter; ...`)."""
+
+    reason: str
+    """The admission reason (InvalidParameters, RuntimeNotFound, ...); empty for a lowered cap."""
+    message: str
+
+
+class PlannedState:
+    """The store as it would be after a plan: the plan's documents over the store's records, read lazily and once.
+
+    Who makes it: `nodus.reconciler.apply.refusals`, one per plan, shared by every resource's admission (a job
+    may name a runtime or an Environment of the same plan). It only reads (`get` and `list` of the store)."""
+
+    def __init__(self, store: StateStore, pending: Mapping[ResourceKey, JSONObject]) -> None:
+        self.store = store
+        self.pending = pending
+        """The documents the plan writes (creates, updates, replacements, and the unchanged ones)."""
+        self._by_kind: dict[str, dict[ResourceKey, JSONObject]] = {}
+
+    def document(self, key: ResourceKey) -> JSONObject | None:
+        """The resource's document after the plan: the plan's, else the store's, else None."""
+        if key in self.pending:
+            return self.pending[key]
+        record = self.store.get(key)
+        return None if record is None else record.spec
+
+    def of_kinds(self, *kinds: str) -> dict[ResourceKey, JSONObject]:
+        """Every resource of these kinds after the plan, by key (the plan's documents win over the store's)."""
+        found: dict[ResourceKey, JSONObject] = {}
+        for kind in kinds:
+            if kind not in self._by_kind:
+                stored = {record.key: record.spec for record in self.store.list(kind)}
+                self._by_kind[kind] = {**stored, **{k: d for k, d in self.pending.items() if k.kind == kind}}
+            found.update(self._by_kind[kind])
+        return found
+
+
+@dataclass(frozen=True)
+class AdmissionContext:
+    """What a controller's `admit` may use besides the record and the desired document."""
+
+    planned: PlannedState
+    action: str
+    """The plan's action for the resource: create, update or replace (noop and delete are not admitted)."""
+
+
 class Controller(Protocol):
-    """One kind's controller. `reconcile` is the one decision; the other three are what apply's delete,
-    `refresh` and the pure reads (`nodus get`, `describe`) need, with the defaults of `ControllerBase`."""
+    """One kind's controller. `reconcile` is the one decision; `admit` is asked before anything of a plan is
+    written; the other three are what apply's delete, `refresh` and the pure reads (`nodus get`, `describe`)
+    need, with the defaults of `ControllerBase`."""
 
     kind: str
     failure_reason: str
@@ -122,6 +172,11 @@ class Controller(Protocol):
 
     def reconcile(self, record: ResourceRecord, context: Context) -> Result:
         """Act so the resource matches its spec; its status now."""
+        ...
+
+    def admit(self, record: ResourceRecord | None, desired: JSONObject, context: AdmissionContext) -> list[Refusal]:
+        """Why `desired` (replacing `record`, None for a create) would be refused, before anything is written:
+        `nodus plan` and `apply` refuse the whole plan on any. Pure: reads `context.planned`, changes nothing."""
         ...
 
     def observe(self, record: ResourceRecord, context: Context) -> Done | None:
@@ -139,11 +194,14 @@ class Controller(Protocol):
 
 
 class ControllerBase:
-    """Defaults for the hooks a kind does not need: nothing to observe, stop or heartbeat."""
+    """Defaults for the hooks a kind does not need: nothing to refuse, observe, stop or heartbeat."""
 
     kind = ""
     failure_reason = "LaunchFailed"
     heartbeats = False
+
+    def admit(self, record: ResourceRecord | None, desired: JSONObject, context: AdmissionContext) -> list[Refusal]:
+        return []
 
     def observe(self, record: ResourceRecord, context: Context) -> Done | None:
         return None

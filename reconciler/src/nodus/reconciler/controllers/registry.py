@@ -8,7 +8,9 @@ every kind), `nodus get`/`describe` (heartbeats, through `heartbeat_at`) and
 Adding a controller for a kind is its module (a class with `reconcile(record, context)`, see
 `controllers/base.py`) and one `REGISTRY.register(...)` line below: the kind then leaves the stored-only set
 and every "stored only" message about it stops on its own. Any kind not registered goes through the one
-stored-only controller (`controllers/stored_only.py`).
+stored-only controller (`controllers/stored_only.py`); a kind nothing runs yet but whose resources are admitted
+(`admit`, before a plan is written) registers a stored-only controller of its own with `runs=False`, and stays
+in the stored-only set.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from nodus.errors import PermanentError, TemporaryError
+from nodus.reconciler.controllers.agentgroup_controller import AgentGroupController
 from nodus.reconciler.controllers.base import Context, Controller, Done, Requeue, Result, failure_status
 from nodus.reconciler.controllers.environment_controller import EnvironmentController
 from nodus.reconciler.controllers.job_controller import JobController
@@ -31,15 +34,19 @@ class Registry:
 
     def __init__(self, stored_only: Controller) -> None:
         self._by_kind: dict[str, Controller] = {}
+        self._stored_only_by_kind: dict[str, Controller] = {}
+        """Kinds nothing runs yet that still admit their resources (AgentGroup): stored only, all the same."""
         self.stored_only = stored_only
 
-    def register(self, controller: Controller) -> None:
-        if controller.kind in self._by_kind:
+    def register(self, controller: Controller, *, runs: bool = True) -> None:
+        """`runs=False`: the kind stays stored only (not in `kinds()`, not iterated by refresh); only its
+        controller's hooks (`admit`, `reconcile` saying it is stored only) are its own."""
+        if controller.kind in self._by_kind or controller.kind in self._stored_only_by_kind:
             raise ValueError(f"a controller for {controller.kind} is registered already")
-        self._by_kind[controller.kind] = controller
+        (self._by_kind if runs else self._stored_only_by_kind)[controller.kind] = controller
 
     def for_kind(self, kind: str) -> Controller:
-        return self._by_kind.get(kind, self.stored_only)
+        return self._by_kind.get(kind) or self._stored_only_by_kind.get(kind, self.stored_only)
 
     def has_controller(self, kind: str) -> bool:
         return kind in self._by_kind
@@ -58,6 +65,7 @@ REGISTRY.register(EnvironmentController())
 REGISTRY.register(TrainingRuntimeController())
 REGISTRY.register(TrainingJobController())
 REGISTRY.register(JobController())
+REGISTRY.register(AgentGroupController(), runs=False)
 
 
 def reconcile(record: ResourceRecord, context: Context, registry: Registry | None = None) -> Result:

@@ -8,11 +8,21 @@ requeues a job that waits on a dependency (an Environment not Ready, a model not
 
 from __future__ import annotations
 
-from nodus.reconciler.controllers.base import Context, ControllerBase, Done, Heartbeat, Requeue, Result
+from nodus.reconciler.controllers.admission import trainingjob_refusals
+from nodus.reconciler.controllers.base import (
+    AdmissionContext,
+    Context,
+    ControllerBase,
+    Done,
+    Heartbeat,
+    Refusal,
+    Requeue,
+    Result,
+)
 from nodus.reconciler.controllers.runs import failed_now, observe_run, run_heartbeat, stop_run
 from nodus.reconciler.controllers.trainingjob import reconcile_trainingjob
 from nodus.reconciler.project import Project
-from nodus.reconciler.state.records import ResourceRecord
+from nodus.reconciler.state.records import JSONObject, ResourceRecord
 
 WAITING_REASONS = frozenset({"EnvironmentNotReady", "VolumeNotReady", "ModelNotCached"})
 """Pending reasons that clear when a dependency becomes ready: the job is looked at again after a while."""
@@ -41,3 +51,6 @@ class TrainingJobController(ControllerBase):
 
     def heartbeat(self, record: ResourceRecord, project: Project) -> Heartbeat | None:
         return run_heartbeat(record, project)
+
+    def admit(self, record: ResourceRecord | None, desired: JSONObject, context: AdmissionContext) -> list[Refusal]:
+        return trainingjob_refusals(record, desired, context)

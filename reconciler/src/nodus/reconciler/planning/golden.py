@@ -13,7 +13,9 @@ A scenario is a folder under `reconciler/tests/planning/golden/`:
   the state store as `nodus apply` leaves it (spec_hash is computed, as the store does; a record's optional
   `status` is the observed status, such as a finished job's phase and launchGeneration);
 - `options.json` (optional): `{"prune": true}`, `{"refreshOnly": true}`; for a priced scenario also `"now"`
-  (ISO 8601, the estimates' start time) and `"cachedModels"` (model URIs taken as imported already);
+  (ISO 8601, the estimates' start time) and `"cachedModels"` (model URIs taken as imported already); for a plan
+  that writes a kind nothing runs yet, `"storedOnly"`: kind -> note, what the renderers are handed (planning
+  is pure: the controllers know which kinds run; `test_plan_golden.py` checks it against them);
 - `prices.yaml` (optional): the scenario's price table; with it the plan is priced (`nodus.reconciler.pricing`)
   and the renderings carry its costs, as `nodus plan` prints them;
 - `moved.json` (optional): the store some time after planning; `stale.txt` holds `stale_reasons` against it;
@@ -89,6 +91,10 @@ class Scenario:
             observed_serial=observed.serial,
         )
 
+    def stored_only(self) -> dict[str, str]:
+        """The scenario's `storedOnly` notes, kind -> note (what `nodus plan` gets from the controllers)."""
+        return {str(kind): str(note) for kind, note in dict(self.options().get("storedOnly") or {}).items()}
+
     def costs(self, planned: Plan) -> PlanCosts | None:
         """The plan priced with the scenario's prices.yaml, as `nodus plan` prices it; None when it has none."""
         path = self.folder / "prices.yaml"
@@ -112,10 +118,11 @@ class Scenario:
         """Expected file name -> content, as the planner produces them today."""
         planned = self.plan()
         costs = self.costs(planned)
+        stored_only = self.stored_only()
         out = {
-            "plan.txt": render_table(planned, costs),
+            "plan.txt": render_table(planned, costs, stored_only=stored_only),
             "plan.json": render_json(planned, costs),
-            "plan.md": render_markdown(planned, costs=costs),
+            "plan.md": render_markdown(planned, costs=costs, stored_only=stored_only),
         }
         moved = self.moved()
         if moved is not None:

@@ -8,16 +8,19 @@ object in the JSON, and in the Markdown comment a cost headline first, cost colu
 
 The Markdown comment starts with the hidden marker `<!-- nodus-plan -->` so that a bot (`nodus pr-comment`)
 finds it and updates it in place; it says the price table's version and the next command to run.
+
+The renderers are pure: which kinds nothing runs yet (the `stored only` line after each such resource) is the
+controllers' knowledge, so the callers hand it in as `stored_only`, kind -> note
+(`nodus.reconciler.controllers.coverage.stored_only_notes(plan)`).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from nodus.reconciler.controllers.coverage import has_controller, stored_only_note
 from nodus.reconciler.planning.diff import Action, FieldChange, Plan
 from nodus.reconciler.pricing.costs import PRICED_KINDS, ActionCost, PlanCosts, money
 from nodus.reconciler.state.records import DEFAULT_PROJECT
@@ -45,18 +48,21 @@ FIELD_SYMBOLS = {"add": "+", "remove": "-", "change": "~"}
 # --- table ---------------------------------------------------------------------------------------------
 
 
-def render_table(plan: Plan, costs: PlanCosts | None = None) -> str:
-    """Terraform-like: one line per action, its field changes indented below it, the summary last (and the
-    cost headline after it, when priced)."""
+NO_NOTES: Mapping[str, str] = {}
+
+
+def render_table(plan: Plan, costs: PlanCosts | None = None, *, stored_only: Mapping[str, str] = NO_NOTES) -> str:
+    """Terraform-like: one line per action, its field changes indented below it, the `stored only` lines of the
+    kinds in `stored_only` (kind -> note), the summary last (and the cost headline after it, when priced)."""
     lines: list[str] = []
     for action in plan.changes:
         lines += _action_lines(action)
         cost = costs.get(action.key) if costs is not None else None
         if cost is not None:
             lines.append("      # " + _cost_comment(cost))
-    stored_only = stored_only_lines(plan)
-    if stored_only:
-        lines += ["", *stored_only]
+    stored_lines = stored_only_lines(plan, stored_only)
+    if stored_lines:
+        lines += ["", *stored_lines]
     if plan.unmanaged:
         if lines:
             lines.append("")
@@ -70,13 +76,13 @@ def render_table(plan: Plan, costs: PlanCosts | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def stored_only_lines(plan: Plan) -> list[str]:
+def stored_only_lines(plan: Plan, stored_only: Mapping[str, str]) -> list[str]:
     """`InferenceEndpoint/chat: stored only: nodus has no controller for InferenceEndpoint yet (nothing runs it)`,
-    one per resource the plan creates or changes that no controller runs (apply prints the same line)."""
+    one per resource the plan creates or changes whose kind is in `stored_only` (apply prints the same line)."""
     return [
-        f"{action.key}: {stored_only_note(action.key.kind)}"
+        f"{action.key}: {stored_only[action.key.kind]}"
         for action in plan.changes
-        if action.type != "delete" and not has_controller(action.key.kind)
+        if action.type != "delete" and action.key.kind in stored_only
     ]
 
 
@@ -147,22 +153,29 @@ def render_json(plan: Plan, costs: PlanCosts | None = None) -> str:
 
 
 def render_markdown(
-    plan: Plan, limit: int = MARKDOWN_LIMIT, *, costs: PlanCosts | None = None, next_command: str = NEXT_COMMAND
+    plan: Plan,
+    limit: int = MARKDOWN_LIMIT,
+    *,
+    costs: PlanCosts | None = None,
+    next_command: str = NEXT_COMMAND,
+    stored_only: Mapping[str, str] = NO_NOTES,
 ) -> str:
     """A pull-request comment: the marker, the cost headline, the summary, a table per kind (with cost columns
-    when priced), the unpriced items, the replacements, the next command and the prices' version, then the full
-    plan folded.
+    when priced), the unpriced items, the replacements, the resources stored only (the kinds in `stored_only`),
+    the next command and the prices' version, then the full plan folded.
 
     It stays under `limit` characters with the summary first: tables stop with a note past
     `MARKDOWN_HEAD_LIMIT`, and the folded plan is cut at a line with a note saying how much was left out.
     """
-    head = _markdown_head(plan, min(MARKDOWN_HEAD_LIMIT, limit // 2), costs, next_command)
+    head = _markdown_head(plan, min(MARKDOWN_HEAD_LIMIT, limit // 2), costs, next_command, stored_only)
     if not plan.changes and not plan.unmanaged:
         return head
-    return head + "\n" + _folded(render_table(plan, costs), limit - len(head) - 1)
+    return head + "\n" + _folded(render_table(plan, costs, stored_only=stored_only), limit - len(head) - 1)
 
 
-def _markdown_head(plan: Plan, budget: int, costs: PlanCosts | None, next_command: str) -> str:
+def _markdown_head(
+    plan: Plan, budget: int, costs: PlanCosts | None, next_command: str, stored_only: Mapping[str, str]
+) -> str:
     intro = [MARKER, "## nodus plan", ""]
     if costs is not None:
         intro += [_headline(costs, markdown=True), ""]
@@ -193,9 +206,9 @@ def _markdown_head(plan: Plan, budget: int, costs: PlanCosts | None, next_comman
     if replacements:
         parts += ["", "### Replacements", ""]
         parts += [f"- {_code(str(action.key))}: {_reason(action)}{_kept_cell(action)}" for action in replacements]
-    stored_only = stored_only_lines(plan)
-    if stored_only:
-        parts += ["", "### Stored only", "", *(f"- {_cell(text)}" for text in stored_only)]
+    stored_lines = stored_only_lines(plan, stored_only)
+    if stored_lines:
+        parts += ["", "### Stored only", "", *(f"- {_cell(text)}" for text in stored_lines)]
     if plan.unmanaged:
         parts += ["", f"**Unmanaged, kept** ({len(plan.unmanaged)}): {_unmanaged_list(plan)}"]
     text = "\n".join(parts + footer) + "\n"
