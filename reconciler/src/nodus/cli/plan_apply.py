@@ -135,8 +135,9 @@ def plan_command(
 def _note_statuses_behind(project: Project, store: StateStore) -> None:
     """On stderr, as `nodus get` says it: the live jobs whose stored status is older than their heartbeat (or
     whose supervisor stopped heartbeating); read only, nothing is started or written."""
-    from nodus.cli.resources import LIVE_PHASES, heartbeat_note
+    from nodus.cli.resources import heartbeat_note
     from nodus.reconciler.controllers.registry import REGISTRY
+    from nodus.specs.status_names import LIVE_PHASES
 
     now = time.time()
     behind = []
