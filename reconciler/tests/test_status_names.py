@@ -56,19 +56,10 @@ DOCUMENTED: dict[type[StrEnum], set[str]] = {
 RAW_LITERALS_ALLOWED = frozenset(
     {
         # Owned by other parts of issue 13 while this one was written; the lead shrinks the list after merging.
-        "nodus/reconciler/apply.py",
-        "nodus/reconciler/controllers/base.py",
         "nodus/reconciler/controllers/job.py",
-        "nodus/reconciler/controllers/runs.py",
         "nodus/reconciler/controllers/trainingjob.py",
-        "nodus/reconciler/controllers/trainingjob_controller.py",
         "nodus/reconciler/dry_run.py",
         "nodus/reconciler/executors/protocol.py",
-        "nodus/reconciler/model_cache.py",
-        "nodus/reconciler/planning/diff.py",
-        "nodus/reconciler/pricing/facts.py",
-        "nodus/reconciler/pricing/host_timing.py",
-        "nodus/reconciler/waiting.py",
         "nodus/testing/fake_executor.py",
     }
 )

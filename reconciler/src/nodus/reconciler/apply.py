@@ -52,6 +52,7 @@ from nodus.reconciler.state.records import (
     ResourceRecord,
     StateStore,
 )
+from nodus.specs.status_names import Phase, Reason
 
 LEASE_TTL_S = 300.0
 
@@ -275,7 +276,7 @@ def _write(batch: Sequence[Operation], store: StateStore, result: ApplyReport, r
                 # A replacement is a new generation with a fresh status: its launch key is new, so the
                 # controller starts the replacement, and the old job is stopped first (below).
                 record = store.put(op.key, op.document)
-                replaced = {"phase": "Pending", "reason": "Replaced", "launchGeneration": record.generation}
+                replaced = {"phase": Phase.PENDING, "reason": Reason.REPLACED, "launchGeneration": record.generation}
                 store.set_status(op.key, replaced)
             else:
                 continue

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject
+from nodus.specs.status_names import Phase, Reason
 
 MANIFEST = ".nodus-manifest.json"
 """The manifest (sha256 per file) a complete import holds; its presence is what "imported" means."""
@@ -53,8 +54,8 @@ def not_cached(uri: str) -> JSONObject:
     repo, revision = split_uri(uri)
     how = BUILT_HERE.get(repo) or f"fetch it once with `huggingface-cli download {repo} --revision {revision}`"
     return {
-        "phase": "Pending",
-        "reason": "ModelNotCached",
+        "phase": Phase.PENDING,
+        "reason": Reason.MODEL_NOT_CACHED,
         "message": f"{uri} is not in the local Hugging Face cache ({hub_cache()}): nodus never downloads weights "
         f"at run time; {how}",
     }

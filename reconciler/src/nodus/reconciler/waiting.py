@@ -35,10 +35,11 @@ from nodus.reconciler.controllers.trainingjob_controller import REQUEUE_AFTER_S,
 from nodus.reconciler.project import Project
 from nodus.reconciler.references import environment_ref
 from nodus.reconciler.state.records import LeaseHeld, ResourceKey, ResourceRecord, StateStore
+from nodus.specs.status_names import Phase, Reason
 
-SUCCESS = frozenset({"Succeeded", "Ready"})
+SUCCESS = frozenset({Phase.SUCCEEDED, Phase.READY})
 """The phases a wait for a resource to be done counts as success (jobs, then Environments, Volumes, runtimes)."""
-ENDED = frozenset({"Succeeded", "Failed", "Cancelled"})
+ENDED = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED})
 """Phases a job's generation never leaves."""
 JOB_KINDS = frozenset({"TrainingJob", "Job"})
 NOT_BUILT = frozenset({"ImageNotBuilt", "ImageMissing"})
@@ -72,7 +73,7 @@ class Outcome:
 
 
 def phase_of(record: ResourceRecord) -> str:
-    return str(record.status.get("phase") or "Pending")
+    return str(record.status.get("phase") or Phase.PENDING)
 
 
 def outcome(record: ResourceRecord, store: StateStore, *, suspended_ends: bool) -> Outcome | None:
@@ -83,7 +84,7 @@ def outcome(record: ResourceRecord, store: StateStore, *, suspended_ends: bool) 
     reason = str(record.status.get("reason") or "")
     message = str(record.status.get("message") or "")
     is_job = record.key.kind in JOB_KINDS
-    ended = (ENDED | ({"Suspended"} if suspended_ends else set())) if is_job else SUCCESS | {"Failed"}
+    ended = (ENDED | ({Phase.SUSPENDED} if suspended_ends else set())) if is_job else SUCCESS | {Phase.FAILED}
     if phase in ended or phase == UNSUPPORTED_PHASE:
         return Outcome(record.key, phase, reason, message)
     why = blocked_by(record, store)
@@ -94,7 +95,7 @@ def outcome(record: ResourceRecord, store: StateStore, *, suspended_ends: bool) 
 
 def blocked_by(record: ResourceRecord, store: StateStore) -> str | None:
     """Why a Pending resource can never leave Pending by itself, or None."""
-    if phase_of(record) != "Pending":
+    if phase_of(record) != Phase.PENDING:
         return None
     reason = record.status.get("reason")
     message = str(record.status.get("message") or reason or "")
@@ -102,11 +103,11 @@ def blocked_by(record: ResourceRecord, store: StateStore) -> str | None:
         return f"{message} (nothing builds it while waiting)" if reason in NOT_BUILT else None
     if record.key.kind not in JOB_KINDS:
         return None
-    if reason == "ModelNotCached":
+    if reason == Reason.MODEL_NOT_CACHED:
         return message
-    if reason == "EnvironmentNotReady":
+    if reason == Reason.ENVIRONMENT_NOT_READY:
         return _dependency(store, _environment_key(record))
-    if reason == "VolumeNotReady":
+    if reason == Reason.VOLUME_NOT_READY:
         return _dependency(store, _volume_key(record))
     return None
 
@@ -119,9 +120,9 @@ def _dependency(store: StateStore, key: ResourceKey | None) -> str | None:
     phase = phase_of(found)
     reason = found.status.get("reason")
     detail = str(found.status.get("message") or "")
-    if phase == "Failed":
+    if phase == Phase.FAILED:
         return f"{key} is Failed" + (f" ({reason}: {detail})" if reason else f" ({detail})" if detail else "")
-    if phase == "Pending" and reason in NOT_BUILT:
+    if phase == Phase.PENDING and reason in NOT_BUILT:
         return f"{key} is not built ({reason}): {detail}" if detail else f"{key} is not built ({reason})"
     return None
 
@@ -146,7 +147,7 @@ def requeued_keys(store: StateStore) -> list[ResourceKey]:
 
 def requeued(record: ResourceRecord) -> bool:
     """Whether the record waits on a dependency its controller looks at again after a delay."""
-    return phase_of(record) == "Pending" and record.status.get("reason") in WAITING_REASONS
+    return phase_of(record) == Phase.PENDING and record.status.get("reason") in WAITING_REASONS
 
 
 def waiting_line(record: ResourceRecord) -> str:

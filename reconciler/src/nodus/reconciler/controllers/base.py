@@ -20,6 +20,7 @@ from typing import Protocol
 from nodus.errors import NodusError
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore
+from nodus.specs.status_names import Phase, Reason
 
 Reporter = Callable[[str, str], None]
 """`report(resource, what happened)`: progress lines of the CLI."""
@@ -72,7 +73,7 @@ class Done:
     """The PermanentError this status records, if any (an apply without keep_going still raises it)."""
 
     def failed_now(self) -> bool:
-        return self.status.get("phase") == "Failed" if self.failed is None else self.failed
+        return self.status.get("phase") == Phase.FAILED if self.failed is None else self.failed
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ class Requeue:
     events: Sequence[JSONObject] = ()
 
     def failed_now(self) -> bool:
-        return self.status.get("phase") == "Failed"
+        return self.status.get("phase") == Phase.FAILED
 
 
 Result = Done | Requeue
@@ -197,7 +198,7 @@ class ControllerBase:
     """Defaults for the hooks a kind does not need: nothing to refuse, observe, stop or heartbeat."""
 
     kind = ""
-    failure_reason = "LaunchFailed"
+    failure_reason: str = Reason.LAUNCH_FAILED
     heartbeats = False
 
     def admit(self, record: ResourceRecord | None, desired: JSONObject, context: AdmissionContext) -> list[Refusal]:
@@ -215,4 +216,4 @@ class ControllerBase:
 
 def failure_status(controller: Controller, error: NodusError) -> JSONObject:
     """The status of a resource whose controller raised: Failed with the controller's failure reason."""
-    return {"phase": "Failed", "reason": controller.failure_reason, "message": error.message}
+    return {"phase": Phase.FAILED, "reason": controller.failure_reason, "message": error.message}

@@ -26,6 +26,7 @@ from nodus.reconciler.executors import Executor
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceRecord
 from nodus.specs.compute import Recovery
+from nodus.specs.status_names import Phase
 
 SUPERVISOR_LOST = "SupervisorLost"
 DEFAULT_MAX_ATTEMPTS = Recovery().max_attempts
@@ -33,9 +34,9 @@ DEFAULT_MAX_ATTEMPTS = Recovery().max_attempts
 
 def failed_now(before: JSONObject, after: JSONObject) -> bool:
     """Whether this pass failed the run: one whose run had already failed (the same way) before is history."""
-    if after.get("phase") != "Failed":
+    if after.get("phase") != Phase.FAILED:
         return False
-    return (before.get("phase"), before.get("reason")) != ("Failed", after.get("reason"))
+    return (before.get("phase"), before.get("reason")) != (Phase.FAILED, after.get("reason"))
 
 
 def observe_run(record: ResourceRecord, context: Context, *, export: bool) -> Done | None:
@@ -96,4 +97,4 @@ def run_heartbeat(record: ResourceRecord, project: Project) -> Heartbeat | None:
     value = raw.get("heartbeatAt")
     if not isinstance(value, int | float) or value <= 0:
         return None
-    return Heartbeat(float(value), str(raw.get("phase") or "Pending"), raw.get("step"))
+    return Heartbeat(float(value), str(raw.get("phase") or Phase.PENDING), raw.get("step"))

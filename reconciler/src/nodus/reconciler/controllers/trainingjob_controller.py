@@ -23,8 +23,9 @@ from nodus.reconciler.controllers.runs import failed_now, observe_run, run_heart
 from nodus.reconciler.controllers.trainingjob import reconcile_trainingjob
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceRecord
+from nodus.specs.status_names import Phase, Reason
 
-WAITING_REASONS = frozenset({"EnvironmentNotReady", "VolumeNotReady", "ModelNotCached"})
+WAITING_REASONS = frozenset({Reason.ENVIRONMENT_NOT_READY, Reason.VOLUME_NOT_READY, Reason.MODEL_NOT_CACHED})
 """Pending reasons that clear when a dependency becomes ready: the job is looked at again after a while."""
 REQUEUE_AFTER_S = 30.0
 
@@ -35,7 +36,7 @@ class TrainingJobController(ControllerBase):
 
     def reconcile(self, record: ResourceRecord, context: Context) -> Result:
         status, launched = reconcile_trainingjob(record, project=context.project, store=context.store)
-        if status.get("phase") == "Pending" and status.get("reason") in WAITING_REASONS:
+        if status.get("phase") == Phase.PENDING and status.get("reason") in WAITING_REASONS:
             return Requeue(status, REQUEUE_AFTER_S, str(status["reason"]))
         notes: list[str] = []
         sandbox = status.get("sandbox") or {}

@@ -30,6 +30,7 @@ from nodus.errors import PlanError
 from nodus.reconciler.planning.desired import Desired, key_of, normalise_observed
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, spec_hash
 from nodus.specs.registry import BY_KIND
+from nodus.specs.status_names import Phase
 
 PLAN_FORMAT = "nodus-plan"
 PLAN_FORMAT_VERSION = 1
@@ -350,7 +351,7 @@ def _kept(record: ResourceRecord) -> Kept | None:
     generation = record.status.get("launchGeneration")
     if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
         return None
-    return Kept(generation, "outputs" if record.status.get("phase") == "Succeeded" else "logs")
+    return Kept(generation, "outputs" if record.status.get("phase") == Phase.SUCCEEDED else "logs")
 
 
 def _delete(record: ResourceRecord) -> Action:

@@ -23,8 +23,9 @@ from nodus.reconciler.pricing.prices import PriceTable
 from nodus.reconciler.project import Project
 from nodus.reconciler.references import environment_ref, runtime_key
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord
+from nodus.specs.status_names import Phase
 
-RUNNING_PHASES = frozenset({"Running"})
+RUNNING_PHASES = frozenset({Phase.RUNNING})
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nodus.specs.status_names import Phase
+
 JSONObject = dict[str, Any]
 
 SHAPE_PARAMETERS = (
@@ -68,7 +70,7 @@ def timing_of(events: Sequence[Mapping[str, Any]], status: Mapping[str, Any], sh
     """The timing of a finished single-session run from its events log and status.json; None when it cannot be
     measured (resumed, no trainer start, no stages, nothing billed)."""
     sessions = [s for s in status.get("sessions") or [] if isinstance(s, Mapping)]
-    if len(sessions) != 1 or status.get("phase") != "Succeeded":
+    if len(sessions) != 1 or status.get("phase") != Phase.SUCCEEDED:
         return None
     billed = float(sessions[0].get("seconds") or 0.0)
     started = next((float(e["at"]) for e in events if e.get("type") == "TrainerStarted" and "at" in e), None)
