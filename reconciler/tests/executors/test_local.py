@@ -7,7 +7,6 @@ assertion depends on how fast the host is.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -45,7 +44,7 @@ def _true_answer(prompt: str) -> int:
 
 def test_a_job_goes_from_pending_through_its_stages_to_succeeded_with_verified_outputs(jobs: Any) -> None:
     spec = jobs.spec(parameters={"steps": 4, "sleepS": 0.2})
-    spec = dataclasses.replace(spec, params={**spec.params, "evaluation": {"minComparisonTasks": 8}})
+    spec = spec.with_changes(params={**spec.params, "evaluation": {"minComparisonTasks": 8}})
     files = jobs.launch(spec)
     seen: list[str] = []
 
@@ -158,22 +157,22 @@ def test_launching_twice_starts_one_supervisor(jobs: Any) -> None:
 
 def test_the_supervisor_outlives_the_process_that_launched_it(jobs: Any, tmp_path: Any) -> None:
     spec = jobs.spec(parameters={"steps": 6, "sleepS": 0.3})
-    (tmp_path / "spec.json").write_text(json.dumps(spec.to_json()))
+    (tmp_path / "workload.json").write_text(spec.to_json())
     (tmp_path / "grading.json").write_text(json.dumps(grading_to_json(jobs.grading)))
     script = textwrap.dedent(
         """
         import json, sys
         from pathlib import Path
-        from nodus.reconciler.executors import JobSpec, LocalExecutor
+        from nodus.reconciler.executors import LocalExecutor, Workload
         from nodus.reconciler.executors.local.job import grading_from_json
         root, spec, grading = (Path(a) for a in sys.argv[1:4])
         executor = LocalExecutor(root, grading_from_json(json.loads(grading.read_text())))
-        executor.launch(JobSpec.from_json(json.loads(spec.read_text())))
+        executor.launch(Workload.from_json(spec.read_text()))
         """
     )
     jobs.started.append(jobs.files())
     launcher = subprocess.run(
-        [sys.executable, "-c", script, str(jobs.root), str(tmp_path / "spec.json"), str(tmp_path / "grading.json")],
+        [sys.executable, "-c", script, str(jobs.root), str(tmp_path / "workload.json"), str(tmp_path / "grading.json")],
         capture_output=True,
         text=True,
         timeout=60,

@@ -18,9 +18,10 @@ from nodus.reconciler.executors import (
     SUCCEEDED,
     Capabilities,
     Executor,
-    JobSpec,
     LocalExecutor,
     LogReader,
+    Workload,
+    WorkloadKey,
     choose_executor,
     wait_for,
 )
@@ -30,8 +31,9 @@ from nodus.testing.fake_executor import FakeExecutor
 REPO = Path(__file__).resolve().parents[3]
 
 
-def spec(generation: int = 1, attempt: int = 1, **fields: Any) -> JobSpec:
-    return JobSpec(name="run", project="default", command=("train",), generation=generation, attempt=attempt, **fields)
+def spec(generation: int = 1, attempt: int = 1, **fields: Any) -> Workload:
+    key = WorkloadKey(project="default", name="run")
+    return Workload(key=key, command=("train",), generation=generation, attempt=attempt, **fields)
 
 
 # --- the fake ------------------------------------------------------------------------------------------

@@ -5,12 +5,12 @@ and `nodus.reconciler.refresh`, which copies the running job's status back into 
 
 A TrainingJob compiles into a `Workload` (`nodus.reconciler.executors.workload`), which names artifacts by
 content and no host path (the executor resolves them on its own host at launch): the runtime's command and env
-as written, the merged and schema-checked parameters (written to `NODUS_INPUT_PARAMS/params.json` as the seeds' "Bring your own
-runtime" table describes), the Environment to serve tasks and gradings from through the attempt API (by image
-digest, manifest digests and package source digest), the model (by pinned URI or Volume revision), the
-resources, the host's price and the job's cap. params.json also says what ran: the runtime (name, digest of its document,
-whether it is managed, its image), the Environment's version and image, and the pinned model, which the
-trainers copy into provenance.json. Launches are recorded under `<key>/gen<generation>/attempt1` before the
+as written, the merged and schema-checked parameters (written to `NODUS_INPUT_PARAMS/params.json` as the seeds'
+"Bring your own runtime" table describes), the Environment to serve tasks and gradings from through the attempt
+API (by image digest, manifest digests and package source digest), the model (by pinned URI or Volume revision),
+the resources, the host's price and the job's cap. params.json also says what ran: the runtime (name, digest of
+its document, whether it is managed, its image), the Environment's version and image, and the pinned model, which
+the trainers copy into provenance.json. Launches are recorded under `<key>/gen<generation>/attempt1` before the
 executor is asked, and the executor starts nothing twice, so repeated or interrupted applies launch once.
 
 The price: when a generation launches, the host's price in force then (`$NODUS_LOCAL_PRICE_PER_HOUR`, else the

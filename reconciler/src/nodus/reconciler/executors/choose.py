@@ -21,9 +21,7 @@ Factory = Callable[[Path, bool, Project | None], Executor]
 name) -> an executor."""
 
 EXECUTORS: Final[dict[str, Factory]] = {
-    "local": lambda jobs_root, record_wire, project: LocalExecutor(
-        jobs_root, project=project, record_wire=record_wire
-    ),
+    "local": lambda jobs_root, record_wire, project: LocalExecutor(jobs_root, project=project, record_wire=record_wire),
 }
 
 

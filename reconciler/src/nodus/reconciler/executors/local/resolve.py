@@ -50,9 +50,9 @@ def resolve(workload: Workload, project: Project | None, *, python: str = sys.ex
     return JobSpec(
         name=workload.key.name,
         project=workload.key.project,
-        command=host_command(workload.command, workload.image, python) if workload.key.kind == "TrainingJob" else (
-            workload.command
-        ),
+        command=host_command(workload.command, workload.image, python)
+        if workload.key.kind == "TrainingJob"
+        else (workload.command),
         kind=workload.key.kind,
         generation=workload.generation,
         attempt=workload.attempt,
