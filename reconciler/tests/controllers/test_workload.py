@@ -203,10 +203,10 @@ def test_the_model_resolves_to_its_import_or_its_volume_revision(quickstart: Qui
     by_volume = workload.with_changes(model=ModelArtifact(volume=VolumeRevision(name="weights", revision=2)))
     assert resolve(by_volume, quickstart.project).env["NODUS_INPUT_MODEL"] == str(volume)
     missing = workload.with_changes(model=ModelArtifact(volume=VolumeRevision(name="weights", revision=3)))
-    with pytest.raises(ConfigError, match="model.volume: Volume weights has no revision 3"):
+    with pytest.raises(ConfigError, match=r"model\.volume: Volume weights has no revision 3"):
         resolve(missing, quickstart.project)
     gone = workload.with_changes(model=ModelArtifact(uri=MODEL.replace("cbf5", "0000")))
-    with pytest.raises(ConfigError, match="model.uri: .* is not imported"):
+    with pytest.raises(ConfigError, match=r"model\.uri: .* is not imported"):
         resolve(gone, quickstart.project)
 
 

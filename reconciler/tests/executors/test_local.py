@@ -186,7 +186,8 @@ def test_the_supervisor_outlives_the_process_that_launched_it(jobs: Any, tmp_pat
 
 
 def test_a_killed_supervisor_is_noticed_and_recovery_resumes_from_the_checkpoint(jobs: Any) -> None:
-    jobs.launch(jobs.spec(parameters={"steps": 12, "sleepS": 0.15}))
+    workload = jobs.spec(parameters={"steps": 12, "sleepS": 0.15})
+    jobs.launch(workload)
     jobs.until(lambda: (jobs.checkpoint() or 0) >= 2, "two checkpoints")
     assert jobs.executor.is_alive(PROJECT, "tj")
     status = jobs.status()
@@ -203,6 +204,7 @@ def test_a_killed_supervisor_is_noticed_and_recovery_resumes_from_the_checkpoint
     status = jobs.wait()
     assert status["phase"] == SUCCEEDED, status.get("message")
     assert status["attempt"] == 2 and status["reason"] == "TrainerSucceeded"
+    assert jobs.executor.spec_of(PROJECT, "tj") == workload.with_changes(attempt=2)  # the workload, as it runs now
     steps = jobs.steps()
     second = [s["step"] for s in steps if s["attempt"] == "2"]
     assert second == list(range(at_loss + 1, 12))  # continued from the checkpoint, not from step 0
@@ -289,6 +291,7 @@ def test_a_cap_reached_mid_run_suspends_and_raising_it_resumes_from_the_checkpoi
     assert [s["reason"] for s in sessions] == ["MaxCostReached", "TrainerSucceeded"]
     assert _cost(status) == sum(Decimal(s["costUSD"]) for s in sessions) <= Decimal(5)
     assert json.loads(files.spec.read_text())["maxCostUSD"] == "5"
+    assert jobs.executor.spec_of(PROJECT, "tj") == spec.with_changes(max_cost_usd="5")
 
 
 def test_a_cap_raised_while_the_job_runs_is_the_one_it_stops_at(jobs: Any) -> None:
