@@ -11,7 +11,7 @@ import pytest
 
 from nodus.errors import ConfigError
 from nodus.reconciler.controllers.export import exported_status
-from nodus.reconciler.executors import JobSpec
+from nodus.reconciler.executors import Workload, WorkloadKey
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import ResourceKey, ResourceRecord, StateStore
 from nodus.testing.fake_executor import FakeExecutor
@@ -42,7 +42,7 @@ FILES = {"results.json": b'{"ok": true}', "adapter/weights.bin": b"\0" * 1024}
 def outputs() -> FakeExecutor:
     """The executor of a run that succeeded with two outputs."""
     fake = FakeExecutor()
-    fake.launch(JobSpec(name="run", project="default", command=("train",)))
+    fake.launch(Workload(key=WorkloadKey(project="default", name="run"), command=("train",)))
     fake.finish("default", "run", outputs=FILES)
     return fake
 

@@ -1,4 +1,5 @@
-"""What a TrainingJob compiles into: the host's interpreter for a host runtime's `python`, and params.json's
+"""What a TrainingJob compiles into: its runtime's command as written (the local executor makes a host runtime's
+`python` the host's interpreter when it resolves the workload), and params.json's
 provenance (runtime name, digest, managed, image; the Environment's version and image; the pinned model);
 and the executor's status copied into the TrainingJob, diagnostics included."""
 
@@ -11,9 +12,10 @@ from typing import Any
 import pytest
 
 from nodus.reconciler.controllers.admission import admit
-from nodus.reconciler.controllers.trainingjob import compile_job, host_command, job_status
+from nodus.reconciler.controllers.trainingjob import compile_workload, job_status
 from nodus.reconciler.executors.local.executor import LocalExecutor
 from nodus.reconciler.executors.local.job import write_json
+from nodus.reconciler.executors.local.resolve import host_command, resolve
 from nodus.reconciler.state.records import ResourceKey, ResourceRecord, spec_hash
 
 MODEL = "hf://Qwen/Qwen3-0.6B@c1899de289a04d12100db370d81485cdf75e47ca"
@@ -68,7 +70,7 @@ JOB = record(
 def compiled(runtime: ResourceRecord = RUNTIME, job: ResourceRecord = JOB) -> Any:
     verdict = admit(job.spec, runtime.spec, {ENVIRONMENT.key: ENVIRONMENT.spec})
     assert verdict.admitted, verdict.message
-    return compile_job(job, verdict, runtime, ENVIRONMENT)
+    return compile_workload(job, verdict, runtime, ENVIRONMENT)
 
 
 def test_params_say_which_runtime_environment_and_model_ran() -> None:
@@ -112,18 +114,21 @@ def test_a_changed_runtime_document_is_a_new_digest() -> None:
     ],
 )
 def test_a_host_runtimes_python_is_the_interpreter_nodus_runs_in(spec: dict[str, Any], first: str) -> None:
-    command = host_command(spec)
+    command = host_command(tuple(spec["command"]), spec.get("image"))
     assert command[0] == first and command[1:] == tuple(spec["command"][1:])
 
 
-def test_the_job_command_is_the_host_command() -> None:
-    assert compiled().command == (sys.executable, "-m", "nodus.runtimes.grpo_lora")
+def test_the_workload_keeps_the_command_as_written_and_the_local_executor_runs_it_with_its_python() -> None:
+    workload = compiled()
+    assert workload.command == ("python", "-m", "nodus.runtimes.grpo_lora")
+    without_model = workload.with_changes(model=None)  # a model is resolved against a project: not here
+    assert resolve(without_model, None).command == (sys.executable, "-m", "nodus.runtimes.grpo_lora")
 
 
 def test_job_status_copies_summary_and_diagnostics(tmp_path: Path) -> None:
     jobs = LocalExecutor(tmp_path / "jobs")
     files = jobs.files("default", "run")
-    write_json(files.spec, {"name": "run", "project": "default", "command": ["true"]})
+    write_json(files.spec, {"name": "run", "project": "default", "command": ["true"]})  # launched before workloads
     summary = {"comparison": {"comparable": True, "changePoints": 12.5, "tasks": 16}}
     diagnostics = {"rewardSignal": {"groups": 4, "flatGroups": 4, "warning": "flat"}}
     write_json(files.status, {"phase": "Running", "summary": summary, "diagnostics": diagnostics})

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +22,14 @@ from typing import Any, TypeVar
 
 import pytest
 
-from nodus.reconciler.executors import EnvironmentSpec, JobSpec, LocalExecutor
+from nodus.reconciler.executors import (
+    EnvironmentArtifact,
+    Intervals,
+    LocalExecutor,
+    PackageSource,
+    Workload,
+    WorkloadKey,
+)
 from nodus.reconciler.executors.local.job import JobFiles, lock_held, read_json, signal_verified, start_ticks
 from nodus.reconciler.grading import GradingSettings
 
@@ -74,29 +80,38 @@ class Jobs:
         self.executor = LocalExecutor(root, grading, record_wire=True, **executor_options)
         self.started: list[JobFiles] = []
 
-    def spec(self, name: str = "tj", *, parameters: dict[str, Any] | None = None, **fields: Any) -> JobSpec:
-        environment = EnvironmentSpec(
-            "arithmetic",
-            "2.0.0",
-            paths=(str(ARITHMETIC),),
+    def spec(
+        self,
+        name: str = "tj",
+        *,
+        parameters: dict[str, Any] | None = None,
+        project: str = PROJECT,
+        package: Path = ARITHMETIC,
+        **fields: Any,
+    ) -> Workload:
+        """A workload of the echo trainer on the arithmetic package (process-mode graders from its folder: the
+        host hint), as `LocalExecutor.launch` takes it; `fields` are Workload fields."""
+        environment = EnvironmentArtifact(
+            project=project,
+            name="arithmetic",
+            version="2.0.0",
+            package=PackageSource(host_hint=package.resolve().as_uri()),
             loader="arithmetic_env",
             train_tasks=16,
             held_out_tasks=8,
             seed=3,
         )
         values: dict[str, Any] = {
-            "command": (sys.executable, str(ECHO_TRAINER)),
+            "command": ("python", str(ECHO_TRAINER)),
             "environment": environment,
             "params": {"parameters": {"steps": 4, "sleepS": 0.05, **(parameters or {})}},
             "price_per_hour_usd": "36",
-            "accounting_interval_s": 0.2,
-            "heartbeat_interval_s": 0.3,
-            "stop_grace_s": 3.0,
+            "intervals": Intervals(accounting_s=0.2, heartbeat_s=0.3, stop_grace_s=3.0),
             **fields,
         }
-        return JobSpec(name=name, project=PROJECT, **values)
+        return Workload(key=WorkloadKey(project=project, name=name), **values)
 
-    def launch(self, spec: JobSpec) -> JobFiles:
+    def launch(self, spec: Workload) -> JobFiles:
         files = self.executor.files(spec.project, spec.name)
         if files not in self.started:
             self.started.append(files)

@@ -6,7 +6,6 @@ mode, so no podman is needed."""
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +14,6 @@ from typing import Any
 from click.testing import CliRunner
 
 from nodus.cli.main import cli
-from nodus.reconciler.executors import EnvironmentSpec
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import Launch, ResourceKey
 from nodus.reconciler.views import columns
@@ -68,10 +66,7 @@ def test_failed_gradings_reach_status_describe_get_wide_and_logs(tmp_path: Path,
         store.close()
 
     jobs = make_jobs()
-    environment = EnvironmentSpec(
-        "arithmetic", "2.0.0", paths=(str(package),), loader="arithmetic_env", train_tasks=16, held_out_tasks=8, seed=3
-    )
-    spec = dataclasses.replace(jobs.spec(NAME, environment=environment), project="default")
+    spec = jobs.spec(NAME, project="default", package=package)
     jobs.launch(spec)
     status = jobs.executor.wait("default", NAME, timeout_s=120)
     assert status["phase"] == "Succeeded", status.get("message")

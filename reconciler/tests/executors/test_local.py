@@ -7,7 +7,6 @@ assertion depends on how fast the host is.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -45,7 +44,7 @@ def _true_answer(prompt: str) -> int:
 
 def test_a_job_goes_from_pending_through_its_stages_to_succeeded_with_verified_outputs(jobs: Any) -> None:
     spec = jobs.spec(parameters={"steps": 4, "sleepS": 0.2})
-    spec = dataclasses.replace(spec, params={**spec.params, "evaluation": {"minComparisonTasks": 8}})
+    spec = spec.with_changes(params={**spec.params, "evaluation": {"minComparisonTasks": 8}})
     files = jobs.launch(spec)
     seen: list[str] = []
 
@@ -158,22 +157,22 @@ def test_launching_twice_starts_one_supervisor(jobs: Any) -> None:
 
 def test_the_supervisor_outlives_the_process_that_launched_it(jobs: Any, tmp_path: Any) -> None:
     spec = jobs.spec(parameters={"steps": 6, "sleepS": 0.3})
-    (tmp_path / "spec.json").write_text(json.dumps(spec.to_json()))
+    (tmp_path / "workload.json").write_text(spec.to_json())
     (tmp_path / "grading.json").write_text(json.dumps(grading_to_json(jobs.grading)))
     script = textwrap.dedent(
         """
         import json, sys
         from pathlib import Path
-        from nodus.reconciler.executors import JobSpec, LocalExecutor
+        from nodus.reconciler.executors import LocalExecutor, Workload
         from nodus.reconciler.executors.local.job import grading_from_json
         root, spec, grading = (Path(a) for a in sys.argv[1:4])
         executor = LocalExecutor(root, grading_from_json(json.loads(grading.read_text())))
-        executor.launch(JobSpec.from_json(json.loads(spec.read_text())))
+        executor.launch(Workload.from_json(spec.read_text()))
         """
     )
     jobs.started.append(jobs.files())
     launcher = subprocess.run(
-        [sys.executable, "-c", script, str(jobs.root), str(tmp_path / "spec.json"), str(tmp_path / "grading.json")],
+        [sys.executable, "-c", script, str(jobs.root), str(tmp_path / "workload.json"), str(tmp_path / "grading.json")],
         capture_output=True,
         text=True,
         timeout=60,
@@ -187,7 +186,8 @@ def test_the_supervisor_outlives_the_process_that_launched_it(jobs: Any, tmp_pat
 
 
 def test_a_killed_supervisor_is_noticed_and_recovery_resumes_from_the_checkpoint(jobs: Any) -> None:
-    jobs.launch(jobs.spec(parameters={"steps": 12, "sleepS": 0.15}))
+    workload = jobs.spec(parameters={"steps": 12, "sleepS": 0.15})
+    jobs.launch(workload)
     jobs.until(lambda: (jobs.checkpoint() or 0) >= 2, "two checkpoints")
     assert jobs.executor.is_alive(PROJECT, "tj")
     status = jobs.status()
@@ -207,6 +207,7 @@ def test_a_killed_supervisor_is_noticed_and_recovery_resumes_from_the_checkpoint
     status = jobs.wait()
     assert status["phase"] == SUCCEEDED, status.get("message")
     assert status["attempt"] == 2 and status["reason"] == "TrainerSucceeded"
+    assert jobs.executor.spec_of(PROJECT, "tj") == workload.with_changes(attempt=2)  # the workload, as it runs now
     steps = jobs.steps()
     second = [s["step"] for s in steps if s["attempt"] == "2"]
     assert second == list(range(at_loss + 1, 12))  # continued from the checkpoint, not from step 0
@@ -294,6 +295,7 @@ def test_a_cap_reached_mid_run_suspends_and_raising_it_resumes_from_the_checkpoi
     assert [s["reason"] for s in sessions] == ["MaxCostReached", "TrainerSucceeded"]
     assert _cost(status) == sum(Decimal(s["costUSD"]) for s in sessions) <= Decimal(5)
     assert json.loads(files.spec.read_text())["maxCostUSD"] == "5"
+    assert jobs.executor.spec_of(PROJECT, "tj") == spec.with_changes(max_cost_usd="5")
 
 
 def test_a_cap_raised_while_the_job_runs_is_the_one_it_stops_at(jobs: Any) -> None:

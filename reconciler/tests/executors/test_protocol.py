@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -21,17 +22,21 @@ from nodus.reconciler.executors import (
     JobSpec,
     LocalExecutor,
     LogReader,
+    Workload,
+    WorkloadKey,
     choose_executor,
     wait_for,
 )
+from nodus.reconciler.executors.local.job import write_json
 from nodus.reconciler.project import Project
 from nodus.testing.fake_executor import FakeExecutor
 
 REPO = Path(__file__).resolve().parents[3]
 
 
-def spec(generation: int = 1, attempt: int = 1, **fields: Any) -> JobSpec:
-    return JobSpec(name="run", project="default", command=("train",), generation=generation, attempt=attempt, **fields)
+def spec(generation: int = 1, attempt: int = 1, **fields: Any) -> Workload:
+    key = WorkloadKey(project="default", name="run")
+    return Workload(key=key, command=("train",), generation=generation, attempt=attempt, **fields)
 
 
 # --- the fake ------------------------------------------------------------------------------------------
@@ -134,7 +139,8 @@ def test_a_new_generation_keeps_the_earlier_ones_readable_and_wait_for_observes(
 
 def test_the_local_reads_of_a_finished_run(jobs: Any, tmp_path: Path) -> None:
     local: LocalExecutor = jobs.executor
-    jobs.launch(jobs.spec(parameters={"steps": 2}, max_cost_usd="100"))
+    workload = jobs.spec(parameters={"steps": 2}, max_cost_usd="100")
+    jobs.launch(workload)
     status = jobs.wait()
     assert status["phase"] == SUCCEEDED, status.get("message")
     seen = local.observe("proj", "tj")
@@ -142,7 +148,9 @@ def test_the_local_reads_of_a_finished_run(jobs: Any, tmp_path: Path) -> None:
     assert seen.step == 2 and seen.total_steps == 2 and seen.cost_usd == status["costUSD"]
     assert seen.heartbeat_age_s is not None and seen.heartbeat_age_s >= 0 and seen.summary is not None
     assert [dict(event) for event in seen.events] == status["events"] and seen.raw == status
-    assert local.spec_of("proj", "tj").max_cost_usd == "100"
+    assert local.spec_of("proj", "tj") == workload  # exactly as launched (workload.json), not the resolved spec
+    resolved = local.files("proj", "tj").read_spec()
+    assert resolved.command[0] == sys.executable and workload.command[0] == "python"
 
     reader = local.logs("proj", "tj")
     text = reader.read()
@@ -168,6 +176,17 @@ def test_the_local_reads_of_a_finished_run(jobs: Any, tmp_path: Path) -> None:
     assert gradings.records and all("verdict" in record for record in gradings.records)
     assert gradings.where.endswith("gradings.jsonl")
     assert local.earlier_generations("proj", "tj") == []
+
+
+def test_a_job_launched_before_workloads_reads_as_the_spec_it_was_given(tmp_path: Path) -> None:
+    """A folder with only spec.json (a job a nodus before workloads launched) still answers spec_of."""
+    local = LocalExecutor(tmp_path / "jobs")
+    files = local.files("proj", "old")
+    legacy = JobSpec(name="old", project="proj", command=("/usr/bin/python3", "t.py"), generation=2, max_cost_usd="3")
+    write_json(files.spec, legacy.to_json())
+    seen = local.spec_of("proj", "old")
+    assert (seen.key.name, seen.generation, seen.max_cost_usd, seen.command) == ("old", 2, "3", legacy.command)
+    assert seen.environment is None and seen.model is None
 
 
 def test_the_local_reads_of_a_missing_job_name_it(tmp_path: Path) -> None:

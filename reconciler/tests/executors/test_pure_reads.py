@@ -4,7 +4,6 @@ TrainingJob record's job in the project's jobs folder, as `test_grading_failures
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 from collections.abc import Callable
@@ -54,7 +53,7 @@ def test_get_and_describe_of_a_lost_job_change_nothing_and_refresh_recovers_it(
     finally:
         store.close()
     jobs = make_jobs()
-    spec = dataclasses.replace(jobs.spec(NAME, parameters={"steps": 40, "sleepS": 0.1}), project="default")
+    spec = jobs.spec(NAME, project="default", parameters={"steps": 40, "sleepS": 0.1})
     files = jobs.launch(spec)
     executor = jobs.executor
     jobs.until(lambda: (read_json(files.state / "checkpoint.json") or {}).get("step", -1) >= 1, "a checkpoint")

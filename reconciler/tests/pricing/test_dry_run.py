@@ -1,4 +1,4 @@
-"""`nodus apply -f FILE --dry-run -o yaml|json` and priced `nodus plan`: the compiled Job with its estimate and
+"""`nodus apply -f FILE --dry-run -o yaml|json` and priced `nodus plan`: the workload, as a Job, with its estimate and
 blocking reasons, read as apply would read the project, and nothing written; the plan's costs in JSON and
 Markdown. No podman, no model: what is missing shows up as blocking reasons."""
 
@@ -54,7 +54,7 @@ def reasons(document: dict[str, Any]) -> list[str]:
     return [entry["reason"] for entry in document["status"]["blockingReasons"]]
 
 
-def test_the_dry_run_prints_the_compiled_job_priced_and_writes_nothing(project: Path) -> None:
+def test_the_dry_run_prints_the_workload_priced_and_writes_nothing(project: Path) -> None:
     annotate(project)
     code, out, err = nodus("apply", "-f", "trainingjob.yaml", "--dry-run", "-o", "yaml")
     assert code == 1, out  # not built, not cached: blocked
@@ -62,15 +62,24 @@ def test_the_dry_run_prints_the_compiled_job_priced_and_writes_nothing(project: 
     assert document["kind"] == "Job" and document["metadata"] == {"name": "quickstart", "project": "default"}
     spec = document["spec"]
     assert spec["owner"] == "TrainingJob/quickstart"
-    assert spec["command"][1:] == ["-m", "nodus.runtimes.grpo_lora"]
+    assert spec["command"] == ["python", "-m", "nodus.runtimes.grpo_lora"]  # as the runtime wrote it
     assert spec["env"] == {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     assert spec["resources"] == {"cpu": 2, "memory": "4Gi", "nodes": 1} and spec["maxCostUSD"] == "1.00"
-    # What the launch adds that no field of a Job holds is under status.compiled.
-    compiled = document["status"]["compiled"]
-    assert "NODUS_ATTEMPT_API" in compiled["platformEnv"]
-    assert compiled["params"]["parameters"]["steps"] == 60 and compiled["params"]["parameters"]["groupSize"] == 8
-    assert compiled["params"]["runtime"]["name"] == "nodus/grpo-lora"
-    assert compiled["pricePerHourUSD"] == "3.60"
+    # The whole workload an executor would be given is status.workload; the variables set at run time, platformEnv.
+    assert "NODUS_ATTEMPT_API" in document["status"]["platformEnv"]
+    workload = document["status"]["workload"]
+    assert workload["apiVersion"] == "nodus.dev/workload/v1"
+    assert workload["key"] == {"project": "default", "name": "quickstart", "kind": "TrainingJob"}
+    assert workload["command"] == spec["command"] and workload["env"] == spec["env"]
+    assert workload["params"]["parameters"]["steps"] == 60 and workload["params"]["parameters"]["groupSize"] == 8
+    assert workload["params"]["runtime"]["name"] == "nodus/grpo-lora"
+    assert workload["pricePerHourUSD"] == "3.60" and workload["maxCostUSD"] == "1.00"
+    assert workload["model"]["uri"].startswith("hf://nodus/tiny-qwen3@")
+    # The Environment by name and version only: not built, so no image or manifest digest to name yet.
+    environment = workload["environment"]
+    assert (environment["name"], environment["version"], environment["trainTasks"]) == ("reverse-words", "1.0.0", 600)
+    assert environment["imageDigest"] is None and environment["manifests"] == {}
+    assert environment["package"]["hostHint"] == project.resolve().as_uri()
 
     status = document["status"]
     assert status["dryRun"] is True and status["action"] == "create"
@@ -118,7 +127,7 @@ def test_an_admission_refusal_and_a_low_cap_block_it(project: Path) -> None:
     (document,) = list(yaml.safe_load_all(out))
     assert reasons(document)[0] == "InvalidParameters"
     assert "did you mean 'learningRate'" in document["status"]["blockingReasons"][0]["message"]
-    assert "env" not in document["spec"] and "compiled" not in document["status"]  # nothing compiled: refused
+    assert "env" not in document["spec"] and "workload" not in document["status"]  # nothing compiled: refused
 
     annotate(project, **{"learning_rate:": "learningRate:", 'maxCostUSD: "1.00"': 'maxCostUSD: "0.01"'})
     code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run")

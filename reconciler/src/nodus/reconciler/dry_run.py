@@ -1,8 +1,8 @@
-"""`nodus apply -f FILE --dry-run`: the Job each TrainingJob would compile into, priced, with what blocks it.
+"""`nodus apply -f FILE --dry-run`: the workload each TrainingJob would launch, priced, with what blocks it.
 
 Who calls it: the `nodus apply` command with `--dry-run` (`nodus.cli.plan_apply`). It writes nothing and takes no
 lease: the files are read, the state store only read (and not opened at all when the project has none yet), and
-the compiled Job comes from the same `compile_job` the TrainingJob controller launches with. It sits above
+the workload comes from the same `compile_workload` the TrainingJob controller launches with. It sits above
 pricing, apply and the controllers (it asks all three), not inside `pricing`, which must stay pure.
 
 What it reads, as `nodus apply PATH` would: the resources of the files named (`-f` may repeat, and take folders),
@@ -10,9 +10,12 @@ then the rest of the project folder (the runtimes and Environments the jobs name
 not parse is left out, with a warning, rather than failing the dry run of another file), then the managed
 runtimes (`runtime: nodus/grpo-lora`), then the state store.
 
-Each TrainingJob of the files gives one `kind: Job` document: `spec` (owner, command, image, launcher, env and
-the names of the variables nodus sets at run time, the Environment's tasks, params.json's content, resources and
-the cap), and `status`: the action apply would take, `estimate` (`nodus.reconciler.pricing.estimate`) and
+Each TrainingJob of the files gives one `kind: Job` document: `spec` (owner, command, image, launcher, env,
+resources and the cap: the workload in the Job kind's fields, so `nodus validate` reads it back), and `status`:
+`workload`, the whole workload an executor would be given (`nodus.reconciler.executors.workload`: the Environment
+by image and manifest digests, the model by URI or Volume revision, params.json's content, the host's price),
+`platformEnv`, the names of the variables nodus sets at run time, the action apply would take, `estimate`
+(`nodus.reconciler.pricing.estimate`) and
 `blockingReasons` (admission refusals, a cap that was lowered, an Environment not built or not Ready, a model not
 in the local cache, a cap below the first hold), each `{reason, message}`.
 """
@@ -31,7 +34,8 @@ from nodus.builder.oci import tags_of
 from nodus.errors import ConfigError
 from nodus.reconciler.apply import operations_of, refusals
 from nodus.reconciler.controllers.admission import Admission, admit, suggest
-from nodus.reconciler.controllers.trainingjob import compile_job
+from nodus.reconciler.controllers.trainingjob import compile_workload, package_source_digest
+from nodus.reconciler.executors.workload import ModelArtifact, VolumeRevision
 from nodus.reconciler.model_cache import imported, not_cached, snapshot
 from nodus.reconciler.planning.desired import Desired, desired_from, document_of, key_of
 from nodus.reconciler.planning.diff import Action, plan
@@ -169,7 +173,7 @@ def _job_document(
             "dryRun": True,
             "action": action.type,
             "source": item.source,
-            **({"compiled": details} if details else {}),
+            **details,
             "estimate": estimate.to_dict(),
             "blockingReasons": blocking,
         },
@@ -224,9 +228,9 @@ def _compiled(
     context: Context,
     prices: PriceTable,
 ) -> tuple[JSONObject, JSONObject]:
-    """The spec of the Job `compile_job` makes, as the controller would launch it, in the Job kind's fields (so
-    `nodus validate` reads it back), and what the launch adds that no Job field holds: the variables the
-    supervisor sets, the Environment served, params.json and the host's price (`status.compiled`)."""
+    """The workload `compile_workload` makes, as the controller would launch it: in the Job kind's fields (the
+    spec, which `nodus validate` reads back), and whole (`status.workload`), with the names of the variables the
+    supervisor sets at run time (`status.platformEnv`)."""
     assert runtime is not None  # admitted
     assert verdict.runtime is not None
     stored = context.record(item.key)
@@ -242,31 +246,46 @@ def _compiled(
             status["source"] = sources[verdict.environment]  # where its package folder is, for process-mode graders
         if env_document is not None:
             environment = ResourceRecord(verdict.environment, env_document, spec_hash(env_document), status=status)
-    compiled = compile_job(record, verdict, runtime_record, environment, price=launch_price(prices))
+    source = None
+    if environment is not None and context.project is not None:
+        source = package_source_digest(context.project, environment)
+    workload = compile_workload(
+        record,
+        verdict,
+        runtime_record,
+        environment,
+        price=launch_price(prices),
+        model=_model_artifact(verdict, item.key, context),
+        source_digest=source,
+    )
     runtime_spec = runtime.get("spec") or {}
-    spec: JSONObject = {"command": list(compiled.command)}
+    spec: JSONObject = {"command": list(workload.command)}
     if runtime_spec.get("image"):
         spec["image"] = runtime_spec["image"]
     spec["launcher"] = runtime_spec.get("launcher", "Plain")
-    spec["env"] = dict(compiled.env)
-    if compiled.max_cost_usd is not None:
-        spec["maxCostUSD"] = compiled.max_cost_usd
+    spec["env"] = dict(workload.env)
+    if workload.max_cost_usd is not None:
+        spec["maxCostUSD"] = workload.max_cost_usd
     details: JSONObject = {
-        "platformEnv": [name for name in PLATFORM_ENV if name != "NODUS_INPUT_MODEL" or verdict.model]
+        "workload": workload.model_dump(mode="json", by_alias=True),
+        "platformEnv": [name for name in PLATFORM_ENV if name != "NODUS_INPUT_MODEL" or verdict.model],
     }
-    if compiled.environment is not None:
-        env = compiled.environment
-        details["environment"] = {
-            "name": env.name,
-            "version": env.version,
-            "image": env.digest or env.image,
-            "trainTasks": env.train_tasks,
-            "heldOutTasks": env.held_out_tasks,
-            "seed": env.seed,
-        }
-    details["params"] = dict(compiled.params)
-    details["pricePerHourUSD"] = format_usd(launch_price(prices).per_hour_usd)
     return spec, details
+
+
+def _model_artifact(verdict: Admission, key: ResourceKey, context: Context) -> ModelArtifact | None:
+    """The model as the workload would name it: its pinned URI, or its Volume's revision once the Volume is Ready
+    in the store (a model not there yet is a blocking reason, `_model_blocking`, not part of the workload)."""
+    model = verdict.model or {}
+    if model.get("uri"):
+        return ModelArtifact(uri=str(model["uri"]))
+    volume = model.get("volume")
+    if volume:
+        found = context.record(ResourceKey("Volume", key.project, str(volume["name"])))
+        if found is not None and found.status.get("phase") == "Ready":
+            revision = int(found.status.get("revision") or 0)
+            return ModelArtifact(volume=VolumeRevision(name=str(volume["name"]), revision=revision))
+    return None
 
 
 def _environment_blocking(

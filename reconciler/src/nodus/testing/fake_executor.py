@@ -5,7 +5,7 @@ Who uses it: tests of the controllers, refresh, export, the CLI and the SDK (any
 attempt, ConfigError for a missing job or generation, nothing done to a job that is over) and records every call:
 
     fake = FakeExecutor()
-    fake.launch(spec)                                            # Pending, attempt 1
+    fake.launch(workload)                                        # Pending, attempt 1 (the Workload kept as given)
     fake.set_phase("default", "run", "Running", stage="Training", step=3)
     fake.finish("default", "run", outputs={"results.json": b"{}"})   # Succeeded, outputs recorded
     assert fake.calls[0] == ("launch", "default", "run", 1, 1)
@@ -15,7 +15,6 @@ attempt, ConfigError for a missing job or generation, nothing done to a job that
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import io
 import time
@@ -30,10 +29,10 @@ from nodus.reconciler.executors import (
     Capabilities,
     Executor,
     Gradings,
-    JobSpec,
     Observation,
     OutputFile,
     OutputManifest,
+    Workload,
 )
 
 ENDED = frozenset({"Succeeded", "Failed", "Cancelled"})
@@ -45,7 +44,8 @@ LIVE = frozenset({"Pending", "Running"})
 class FakeRun:
     """One generation of a job as the fake keeps it."""
 
-    spec: JobSpec
+    spec: Workload
+    """The workload as launched (its attempt and cap kept up to date, as `spec_of` returns it)."""
     status: dict[str, Any]
     log: bytearray = field(default_factory=bytearray)
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -86,7 +86,7 @@ class FakeExecutor:
 
     # --- the protocol: acts ----------------------------------------------------------------------
 
-    def launch(self, spec: JobSpec) -> None:
+    def launch(self, spec: Workload) -> None:
         self.calls.append(("launch", spec.project, spec.name, spec.generation, spec.attempt))
         runs = self.jobs.setdefault((spec.project, spec.name), [])
         if runs:
@@ -135,7 +135,7 @@ class FakeExecutor:
                 raise ConfigError(
                     f"maxCostUSD can only be raised: job {project}/{name} has ${old}, not ${max_cost_usd}"
                 )
-            run.spec = dataclasses.replace(run.spec, max_cost_usd=max_cost_usd)
+            run.spec = run.spec.with_changes(max_cost_usd=max_cost_usd)
             run.status["maxCostUSD"] = max_cost_usd
         phase = run.status.get("phase")
         if phase in ENDED:
@@ -154,7 +154,7 @@ class FakeExecutor:
         run = self._run(project, name)
         if not self._lost(run):
             return
-        run.spec = dataclasses.replace(run.spec, attempt=run.spec.attempt + 1)
+        run.spec = run.spec.with_changes(attempt=run.spec.attempt + 1)
         run.alive = True
         self._set(run, "Pending", reason="SupervisorLost", message=None, attempt=run.spec.attempt)
 
@@ -177,7 +177,7 @@ class FakeExecutor:
         run = self._run(project, name)
         return run.alive and run.status.get("phase") not in ENDED
 
-    def spec_of(self, project: str, name: str) -> JobSpec:
+    def spec_of(self, project: str, name: str) -> Workload:
         return self._run(project, name).spec
 
     def logs(self, project: str, name: str, generation: int | None = None) -> FakeLog:

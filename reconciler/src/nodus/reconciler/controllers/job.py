@@ -9,17 +9,16 @@ TrainingJob in one project cannot share a name (the TrainingJob owns the Job of 
 
 from __future__ import annotations
 
-import os
-
 from nodus.reconciler.controllers.trainingjob import (
-    INTERVAL_VARIABLE,
     executor,
+    intervals,
     job_status,
     launch_generation,
     launch_key,
     price_in_force,
+    resources_of,
 )
-from nodus.reconciler.executors import JobSpec
+from nodus.reconciler.executors.workload import Workload, WorkloadKey
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, Launch, ResourceKey, ResourceRecord, StateStore
 
@@ -35,17 +34,16 @@ def reconcile_job(record: ResourceRecord, *, project: Project, store: StateStore
     # The host's price when the run launched (the price table's cpu.local or $NODUS_LOCAL_PRICE_PER_HOUR), kept
     # for its generation as a TrainingJob's is: a later change of the table never re-prices it.
     price = price_in_force(record, project, jobs)
-    job = JobSpec(
-        name=record.key.name,
-        project=record.key.project,
-        command=tuple(str(part) for part in spec["command"]),
-        kind="Job",
+    job = Workload(
+        key=WorkloadKey(project=record.key.project, name=record.key.name, kind="Job"),
         generation=launch_generation(record),
+        command=tuple(str(part) for part in spec["command"]),  # as written: a Job's command is run as it is
+        image=spec.get("image"),
         env=dict(spec.get("env") or {}),
+        resources=resources_of(spec),
         price_per_hour_usd=str(price.per_hour_usd),
         max_cost_usd=spec.get("maxCostUSD"),
-        accounting_interval_s=float(os.environ.get(INTERVAL_VARIABLE, "10")),
-        image=spec.get("image"),
+        intervals=intervals(),
     )
     if spec.get("state") == "Suspended":
         if jobs.exists(record.key.project, record.key.name):

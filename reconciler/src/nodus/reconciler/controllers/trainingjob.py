@@ -3,12 +3,14 @@
 Who calls it: `nodus apply` (after the Environments and runtimes of the same apply are written and Ready)
 and `nodus.reconciler.refresh`, which copies the running job's status back into the TrainingJob record.
 
-A TrainingJob compiles into a local-executor `JobSpec`: the runtime's command and env, the merged and
-schema-checked parameters (written to `NODUS_INPUT_PARAMS/params.json` as the seeds' "Bring your own
-runtime" table describes), the Environment to serve tasks and gradings from through the attempt API, the
-host's price and the job's cap. params.json also says what ran: the runtime (name, digest of its document,
-whether it is managed, its image), the Environment's version and image, and the pinned model, which the
-trainers copy into provenance.json. Launches are recorded under `<key>/gen<generation>/attempt1` before the
+A TrainingJob compiles into a `Workload` (`nodus.reconciler.executors.workload`), which names artifacts by
+content and no host path (the executor resolves them on its own host at launch): the runtime's command and env
+as written, the merged and schema-checked parameters (written to `NODUS_INPUT_PARAMS/params.json` as the seeds'
+"Bring your own runtime" table describes), the Environment to serve tasks and gradings from through the attempt
+API (by image digest, manifest digests and package source digest), the model (by pinned URI or Volume revision),
+the resources, the host's price and the job's cap. params.json also says what ran: the runtime (name, digest of
+its document, whether it is managed, its image), the Environment's version and image, and the pinned model, which
+the trainers copy into provenance.json. Launches are recorded under `<key>/gen<generation>/attempt1` before the
 executor is asked, and the executor starts nothing twice, so repeated or interrupted applies launch once.
 
 The price: when a generation launches, the host's price in force then (`$NODUS_LOCAL_PRICE_PER_HOUR`, else the
@@ -20,20 +22,30 @@ again.
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from nodus.builder.lockfile import Lock
 from nodus.errors import ConfigError
 from nodus.reconciler.controllers import sandbox as sandboxes
 from nodus.reconciler.controllers.admission import Admission, admit
 from nodus.reconciler.controllers.export import exported_status
 from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.controllers.volume import ensure_model
-from nodus.reconciler.executors import EnvironmentSpec, Executor, JobSpec, choose_executor, wait_for
+from nodus.reconciler.executors import Executor, choose_executor, wait_for
+from nodus.reconciler.executors.workload import (
+    EnvironmentArtifact,
+    GpuResources,
+    Intervals,
+    ModelArtifact,
+    PackageSource,
+    Resources,
+    VolumeRevision,
+    Workload,
+    WorkloadKey,
+)
 from nodus.reconciler.model_cache import imported
 from nodus.reconciler.pricing.host_timing import measure, model_identity
 from nodus.reconciler.pricing.prices import LOCAL_PRICE_VARIABLE, LaunchPrice, launch_price, load_prices
@@ -46,14 +58,13 @@ PRICE_VARIABLE = LOCAL_PRICE_VARIABLE
 cost = running time x price."""
 INTERVAL_VARIABLE = "NODUS_ACCOUNTING_INTERVAL"
 """Seconds between cost accounting steps of the local executor (default 10)."""
-HOST_PYTHONS = frozenset({"python", "python3"})
 DEFAULT_EVALUATION = {"baseline": True, "final": True, "minComparisonTasks": 16}
 
 
 def executor(project: Project) -> Executor:
     """The executor the project names in nodus.yaml (`executor: local` by default)."""
     record_wire = os.environ.get("NODUS_RECORD_WIRE") == "1"
-    return choose_executor(project.settings().executor, project.jobs, record_wire=record_wire)
+    return choose_executor(project.settings().executor, project.jobs, record_wire=record_wire, project=project)
 
 
 KEPT = ("source", "launchGeneration", "price", "export", "sandbox")
@@ -90,19 +101,19 @@ def reconcile_trainingjob(
             "message": f"Environment {environment.key.name} is not Ready ({reason})",
         }, None
     assert runtime is not None  # admitted
-    input_model, waiting = _model(record, verdict, project=project, store=store)
+    model, waiting = _model(record, verdict, project=project, store=store)
     if waiting is not None:
         return waiting, None
     sandbox = sandbox_in_force(record, project, environment)
     if sandbox is not None and sandbox.refused:
         return sandbox.refusal(), None
     jobs = executor(project)
-    manifests = manifest_folder(project, environment) if environment is not None else None
     price = price_in_force(record, project, jobs)
     container = sandbox is None or sandbox.container
-    spec = compile_job(record, verdict, runtime, environment, manifests, price=price, container=container)
-    if input_model is not None:
-        spec = dataclasses.replace(spec, env={**spec.env, "NODUS_INPUT_MODEL": str(input_model)})
+    source = package_source_digest(project, environment) if environment is not None else None
+    spec = compile_workload(
+        record, verdict, runtime, environment, price=price, container=container, model=model, source_digest=source
+    )
     exists = jobs.exists(record.key.project, record.key.name)
     if record.spec["spec"].get("state") == "Suspended":
         if exists:
@@ -150,16 +161,19 @@ def price_in_force(record: ResourceRecord, project: Project, jobs: Executor | No
 
 def _model(
     record: ResourceRecord, verdict: Admission, *, project: Project, store: StateStore
-) -> tuple[Path | None, JSONObject | None]:
-    """The model folder for NODUS_INPUT_MODEL (imported once from the local cache: stage CachingModel), or
-    the status to wait with (ModelNotCached, VolumeNotReady)."""
+) -> tuple[ModelArtifact | None, JSONObject | None]:
+    """The model the workload names (a pinned URI once it is imported from the local cache: stage CachingModel;
+    a Volume's revision once it is Ready), or the status to wait with (ModelNotCached, VolumeNotReady): the
+    workload names only artifacts that exist."""
     model = verdict.model or {}
     if model.get("uri"):
         if not imported(project, str(model["uri"])):
             # Importing can take minutes for a large model: say so while it runs (`nodus get` shows it).
             write_status(store, record, {**record.status, "phase": "Pending", "stage": "CachingModel"})
         path, status = ensure_model(project, str(model["uri"]))
-        return (path, None) if path is not None else (None, {**status, "stage": "CachingModel"})
+        if path is None:
+            return None, {**status, "stage": "CachingModel"}
+        return ModelArtifact(uri=str(model["uri"])), None
     volume = model.get("volume")
     if volume:
         key = ResourceKey("Volume", record.key.project, str(volume["name"]))
@@ -167,7 +181,8 @@ def _model(
         if found is None or found.status.get("phase") != "Ready":
             message = f"Volume {volume['name']} is not Ready"
             return None, {"phase": "Pending", "reason": "VolumeNotReady", "message": message}
-        return Path(str(found.status["path"])), None
+        revision = VolumeRevision(name=str(volume["name"]), revision=int(found.status.get("revision") or 0))
+        return ModelArtifact(volume=revision), None
     return None, None
 
 
@@ -179,7 +194,7 @@ def _stop_replaced(jobs: Executor, record: ResourceRecord) -> None:
         wait_for(jobs, project, name, phases=("Succeeded", "Failed", "Cancelled"), timeout_s=120)
 
 
-def _follow_cap(jobs: Executor, record: ResourceRecord, spec: JobSpec) -> None:
+def _follow_cap(jobs: Executor, record: ResourceRecord, spec: Workload) -> None:
     """A raised cap (or `state: Running` again) resumes a Suspended job from its checkpoint; a job stopped at
     a cap that was not raised stays Suspended (any other change of the job leaves it so)."""
     project, name = record.key.project, record.key.name
@@ -199,37 +214,47 @@ def _follow_cap(jobs: Executor, record: ResourceRecord, spec: JobSpec) -> None:
         return  # no room under the cap yet: it stays Suspended, and its status says why
 
 
-def compile_job(
+def compile_workload(
     record: ResourceRecord,
     verdict: Admission,
     runtime: ResourceRecord,
     environment: ResourceRecord | None,
-    manifests: Path | None = None,
     *,
     price: LaunchPrice | None = None,
     container: bool = True,
-) -> JobSpec:
-    """The executor's JobSpec of an admitted TrainingJob (`manifests`: the Environment's manifest folder; `price`:
-    the host's price for this run, the price table's in force now when left out; `container`: graders run in the
-    Environment's image where podman has it, else, or when False, in process mode from the package folder)."""
+    model: ModelArtifact | None = None,
+    source_digest: str | None = None,
+) -> Workload:
+    """The workload of an admitted TrainingJob (`price`: the host's price for this run, the price table's in force
+    now when left out; `container`: graders run in the Environment's image where podman has it, else, or when
+    False, in process mode from the package; `model`: the model as `_model` found it, None for none;
+    `source_digest`: the package's source digest from nodus.lock, `package_source_digest`)."""
     spec = record.spec["spec"]
     runtime_spec = runtime.spec["spec"]
-    env_spec = None
+    env_artifact = None
     if environment is not None:
         tasks = spec.get("environment") or {}
-        env_spec = EnvironmentSpec(
+        paths = _package_paths(environment)
+        env_artifact = EnvironmentArtifact(
+            project=environment.key.project,
             name=environment.key.name,
             version=environment.spec["spec"]["version"],
             # Graders run in the built image when podman has it (container mode); the package folder is for
             # process mode (still sandboxed), which `controllers/sandbox.py` chose and said so.
-            image=environment.status.get("graderImage") if container else None,
-            digest=environment.status.get("graderImageId") if container else None,
-            paths=tuple(_package_paths(environment)),
+            grader_image=environment.status.get("graderImage") if container else None,
+            grader_image_digest=environment.status.get("graderImageId") if container else None,
+            image_digest=environment.status.get("image"),
+            manifests={str(key): str(digest) for key, digest in (environment.status.get("manifests") or {}).items()},
+            package=PackageSource(
+                source_digest=source_digest or None,
+                # Where the package folder is on the host that applied it, for process-mode graders (the grading
+                # service's own mode setting may ask for them, container mode or not): a hint, never an artifact.
+                host_hint=Path(paths[0]).as_uri() if paths else None,
+            ),
             loader=environment.spec["spec"]["package"].get("loader"),
             train_tasks=int(tasks.get("trainTasks") or 256),
             held_out_tasks=int(tasks.get("heldOutTasks") or 64),
             seed=int(tasks.get("seed") or 0),
-            manifests=str(manifests) if manifests is not None else None,
         )
     params = {
         "task": spec.get("task") or (runtime_spec.get("tasks") or ["RL"])[0],
@@ -248,35 +273,48 @@ def compile_job(
             "image": runtime_spec.get("image"),
         },
     }
-    return JobSpec(
-        name=record.key.name,
-        project=record.key.project,
-        command=host_command(runtime_spec),
-        kind="TrainingJob",
+    return Workload(
+        key=WorkloadKey(project=record.key.project, name=record.key.name, kind="TrainingJob"),
         generation=launch_generation(record),
         attempt=1,
+        # As the runtime wrote it: `python` stays `python` (the executor knows which interpreter that is on its host).
+        command=tuple(str(part) for part in runtime_spec["command"]),
+        image=runtime_spec.get("image"),
         env={**(runtime_spec.get("env") or {}), **(spec.get("env") or {})},
-        environment=env_spec,
-        params=params,
+        resources=resources_of(spec),
         price_per_hour_usd=str((price or launch_price(load_prices())).per_hour_usd),
         max_cost_usd=spec.get("maxCostUSD"),
-        accounting_interval_s=float(os.environ.get(INTERVAL_VARIABLE, "10")),
-        image=runtime_spec.get("image"),
+        intervals=intervals(),
+        params=params,
+        environment=env_artifact,
+        model=model,
     )
 
 
-def host_command(runtime_spec: JSONObject) -> tuple[str, ...]:
-    """The runtime's command as this host runs it.
+def intervals() -> Intervals:
+    """Cost accounting every `$NODUS_ACCOUNTING_INTERVAL` seconds (10 by default); the rest as the executor's."""
+    return Intervals(accounting_s=float(os.environ.get(INTERVAL_VARIABLE, "10")))
 
-    A runtime without an image runs on the host, where `python` on PATH can be any interpreter: the system
-    one, or another virtual environment's, neither with torch and the trainers. The managed runtimes' trainers
-    are installed with nodus (nodus-runtimes), so the interpreter nodus itself runs in is the one that has
-    them; `python` and `python3` mean that one. An image's command is the image's business and stays as it is.
-    """
-    command = [str(part) for part in runtime_spec["command"]]
-    if not runtime_spec.get("image") and command[0] in HOST_PYTHONS:
-        command[0] = sys.executable
-    return tuple(command)
+
+def resources_of(spec: JSONObject) -> Resources | None:
+    """`spec.resources` of a TrainingJob or Job as the workload names them (GPU types and count, nodes); None
+    where the resource leaves them out (the runtime's presets are the estimator's, not a request)."""
+    resources = spec.get("resources")
+    if not isinstance(resources, dict):
+        return None
+    gpu = resources.get("gpu")
+    wanted = None
+    if isinstance(gpu, dict) and gpu.get("type"):
+        types = gpu["type"] if isinstance(gpu["type"], list) else [gpu["type"]]
+        wanted = GpuResources(types=tuple(str(kind) for kind in types), count=int(gpu.get("count") or 1))
+    return Resources(gpu=wanted, nodes=int(resources.get("nodes") or 1))
+
+
+def package_source_digest(project: Project, environment: ResourceRecord) -> str | None:
+    """The source digest nodus-build recorded in nodus.lock for the Environment's path package (None for pip and
+    image packages, and for an entry written before nodus-build recorded it)."""
+    entry = Lock.load(project.lock_path).get(environment.key.name, environment.spec["spec"]["version"])
+    return (entry.source or None) if entry is not None else None
 
 
 def _environment_params(tasks: JSONObject | None, environment: ResourceRecord | None) -> JSONObject | None:
@@ -290,25 +328,6 @@ def _environment_params(tasks: JSONObject | None, environment: ResourceRecord | 
         # (graders from the package folder).
         out["image"] = environment.status.get("graderImageId") or environment.status.get("image")
     return out
-
-
-def manifest_folder(project: Project, environment: ResourceRecord) -> Path:
-    """The Environment version's task manifests, `<split>-<seed>.jsonl`, shared by every run in the project.
-
-    The (split, seed) lists nodus-build froze into the image are copied in from the content-addressed store
-    (so runs see exactly what the build saw); any other seed is written by the first run that asks for it.
-    """
-    name, version = environment.key.name, environment.spec["spec"]["version"]
-    folder = project.files.root / "manifests" / "by-environment" / f"{environment.key.project}-{name}@{version}"
-    for key, digest in (environment.status.get("manifests") or {}).items():
-        split, _, seed = str(key).partition("/")
-        target = folder / f"{split}-{seed}.jsonl"
-        if not target.exists():
-            folder.mkdir(parents=True, exist_ok=True)
-            temporary = target.with_suffix(".partial")
-            temporary.write_bytes(project.files.manifest(str(digest)))
-            temporary.replace(target)
-    return folder
 
 
 def _package_paths(environment: ResourceRecord) -> list[str]:

@@ -4,6 +4,7 @@ Who uses it: the controllers, `refresh`, the CLI and the SDK, through `Executor`
 gives it for a project. Nothing outside this package imports `local` (the job folder and its layout): an
 import-linter contract in pyproject.toml says so. Modules, from the bottom up:
 
+    workload     what a controller asks an executor to run (Workload): artifacts by content, no host paths
     protocol     the Executor protocol and what it returns: Observation, OutputManifest, Gradings, Capabilities
     local/       LocalExecutor and what it needs: the job folder, the supervisor, the attempt API (local/__init__)
     choose       the executor a project names in nodus.yaml (`executor: local`)
@@ -37,6 +38,17 @@ from .protocol import (
     OutputManifest,
     wait_for,
 )
+from .workload import (
+    EnvironmentArtifact,
+    GpuResources,
+    Intervals,
+    ModelArtifact,
+    PackageSource,
+    Resources,
+    VolumeRevision,
+    Workload,
+    WorkloadKey,
+)
 
 __all__ = [
     "CANCELLED",
@@ -48,15 +60,24 @@ __all__ = [
     "SUSPENDED",
     "TERMINAL",
     "Capabilities",
+    "EnvironmentArtifact",
     "EnvironmentSpec",
     "Executor",
+    "GpuResources",
     "Gradings",
+    "Intervals",
     "JobSpec",
     "LocalExecutor",
     "LogReader",
+    "ModelArtifact",
     "Observation",
     "OutputFile",
     "OutputManifest",
+    "PackageSource",
+    "Resources",
+    "VolumeRevision",
+    "Workload",
+    "WorkloadKey",
     "choose_executor",
     "file_sha256",
     "locked",

@@ -18,14 +18,16 @@ from typing import Final
 
 from nodus.errors import ConfigError
 
+from ..project import Project
 from .local import LocalExecutor
 from .protocol import Executor
 
-Factory = Callable[[Path, bool], Executor]
-"""(the project's jobs folder, whether to record the attempt API's wire) -> an executor."""
+Factory = Callable[[Path, bool, Project | None], Executor]
+"""(the project's jobs folder, whether to record the attempt API's wire, the project whose artifacts workloads
+name) -> an executor."""
 
 EXECUTORS: Final[dict[str, Factory]] = {
-    "local": lambda jobs_root, record_wire: LocalExecutor(jobs_root, record_wire=record_wire),
+    "local": lambda jobs_root, record_wire, project: LocalExecutor(jobs_root, project=project, record_wire=record_wire),
 }
 
 _BOUND: dict[Path, Executor] = {}
@@ -45,9 +47,12 @@ def bound(jobs_root: Path, executor: Executor) -> Iterator[Executor]:
         del _BOUND[key]
 
 
-def choose_executor(name: str, jobs_root: Path, *, record_wire: bool = False) -> Executor:
-    """The executor called `name` for a project whose local job state lives in `jobs_root` (the one `bound` to
-    that folder while a `bound` block is entered)."""
+def choose_executor(
+    name: str, jobs_root: Path, *, record_wire: bool = False, project: Project | None = None
+) -> Executor:
+    """The executor called `name` for a project whose local job state lives in `jobs_root` (and whose content
+    store, models and Volumes the workloads it launches name: `project`); the one `bound` to that folder while a
+    `bound` block is entered."""
     found = _BOUND.get(jobs_root.resolve()) if _BOUND else None
     if found is not None:
         return found
@@ -55,4 +60,4 @@ def choose_executor(name: str, jobs_root: Path, *, record_wire: bool = False) ->
     if factory is None:
         known = ", ".join(sorted(EXECUTORS))
         raise ConfigError(f"nodus.yaml: executor: {name!r} is not an executor nodus has", hint=f"one of: {known}")
-    return factory(jobs_root, record_wire)
+    return factory(jobs_root, record_wire, project)

@@ -31,7 +31,7 @@ from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 from nodus.errors import TemporaryError
 
-from .local.job import JobSpec
+from .workload import Workload
 
 ENDED_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
 WAIT_PHASES = frozenset({*ENDED_PHASES, "Suspended"})
@@ -174,9 +174,11 @@ class Executor(Protocol):
         """What this executor can run (constant for an executor)."""
         ...
 
-    def launch(self, spec: JobSpec) -> None:
-        """Start `spec` unless its (generation, attempt), or a later one, was launched: idempotent by workload
+    def launch(self, workload: Workload) -> None:
+        """Start `workload` unless its (generation, attempt), or a later one, was launched: idempotent by workload
         key (project, name), generation and attempt, so a repeated or interrupted apply starts nothing twice.
+        The executor resolves what the workload names (image, manifests and model by digest, the command) on its
+        own host; ConfigError naming the artifact when that host does not have one.
         A later attempt resumes the generation's state; a later generation starts over and keeps the earlier
         one's outputs and logs readable (`generation=` of the reads). TemporaryError while an earlier
         generation still runs (cancel it first)."""
@@ -197,9 +199,9 @@ class Executor(Protocol):
         session is lost (`observe` says so: `restart` or `abandon` it). ConfigError when there is no such job."""
         ...
 
-    def spec_of(self, project: str, name: str) -> JobSpec:
-        """The spec of the generation launched last, as it runs now (a raised cap included). ConfigError when
-        there is no such job."""
+    def spec_of(self, project: str, name: str) -> Workload:
+        """The workload of the generation launched last as it runs now (a raised cap and the attempt included):
+        what `launch` was given, equal to it otherwise. ConfigError when there is no such job."""
         ...
 
     def cancel(self, project: str, name: str) -> None:

@@ -5,8 +5,8 @@ Who uses it: the controllers, refresh, the CLI and the SDK, through the Executor
 works from the job folder alone, so a new process (a later `nodus` run) sees exactly what an earlier one
 started:
 
-    executor = LocalExecutor(Path("~/.local/share/nodus/jobs").expanduser(), GradingSettings())
-    executor.launch(spec)                      # idempotent per (generation, attempt)
+    executor = LocalExecutor(project.jobs, GradingSettings(), project=project)
+    executor.launch(workload)                  # resolved here (`resolve.py`); idempotent per (generation, attempt)
     executor.status("proj", "tj-1")            # status.json as the supervisor wrote it
     executor.is_alive("proj", "tj-1")          # supervisor running and heartbeating
     executor.observe("proj", "tj-1").lost      # recorded Pending/Running, and no live supervisor
@@ -15,8 +15,10 @@ started:
     executor.observe / spec_of / logs / outputs / copy_outputs / events / gradings   # the protocol's reads
     executor.suspend / resume / cancel
 
-A job's supervisor (`supervisor.py`) does the work; the executor writes the spec and requests (`cancel`,
-`suspend` files), and writes status.json itself only while no supervisor runs. Its own operations on one
+A job's supervisor (`supervisor.py`) does the work; the executor writes the spec (spec.json, the workload resolved
+on this host) and requests (`cancel`, `suspend` files), and writes status.json itself only while no supervisor
+runs. Beside spec.json it keeps workload.json, the workload as launched (its attempt and cap kept up to date), which
+`spec_of` returns. Its own operations on one
 job are serialised by a lock in the job folder, so two `nodus` processes never launch a job twice.
 """
 
@@ -38,7 +40,9 @@ from typing import Any, BinaryIO, Final
 from nodus.errors import ConfigError, PermanentError, TemporaryError
 
 from ...grading import GradingSettings
+from ...project import Project
 from ..protocol import Capabilities, Gradings, LogReader, Observation, OutputManifest
+from ..workload import EnvironmentArtifact, Intervals, PackageSource, Workload, WorkloadKey
 from . import trainer_container
 from .job import (
     CANCEL_REQUESTED,
@@ -70,6 +74,7 @@ from .job import (
     write_json,
 )
 from .outputs import copy_verified, inside, manifest, recorded
+from .resolve import resolve
 
 SUPERVISOR_MODULE: Final = "nodus.reconciler.executors.local.supervisor"
 HEARTBEATS_MISSED: Final = 3
@@ -80,9 +85,12 @@ SPAWN_TIMEOUT_S: Final = 60.0
 EXIT_WAIT_S: Final = 30.0
 """How long to wait for a supervisor that has recorded its end to let go of the job."""
 STATUS_EVENTS: Final = 100
-KEEP_ON_SET_ASIDE: Final = frozenset({".executor.lock", "supervisor.lock", "generations", "spec.json"})
+WORKLOAD_FILE: Final = "workload.json"
+"""The workload as launched, beside spec.json (what `spec_of` returns)."""
+KEEP_ON_SET_ASIDE: Final = frozenset({".executor.lock", "supervisor.lock", "generations", "spec.json", WORKLOAD_FILE})
 """Left at the top when a generation is set aside: the locks (others may hold them open), the earlier generations,
-and the spec, which the next launch overwrites (until then it says which generation the folder holds)."""
+and the spec and workload, which the next launch overwrites (until then they say which generation the folder
+holds)."""
 LOCAL_CAPABILITIES: Final = Capabilities(gangs=False, gpu_types=(), services=False)
 """Processes on this machine: no gangs, no GPU placement, no services (yet)."""
 LIVE_PHASES: Final = frozenset({PENDING, RUNNING})
@@ -93,17 +101,20 @@ what it was given and how it ended). Its `state/` (checkpoints, only for resumin
 
 
 class LocalExecutor:
-    """Jobs on this machine. `grading` is the host's grading configuration for the jobs' graders."""
+    """Jobs on this machine. `grading` is the host's grading configuration for the jobs' graders; `project` is
+    where workloads' artifacts are found (content store, imported models, Volumes; None: a workload may name none)."""
 
     def __init__(
         self,
         jobs_root: Path,
         grading: GradingSettings | None = None,
         *,
+        project: Project | None = None,
         python: str = sys.executable,
         record_wire: bool = False,
     ) -> None:
         self.jobs_root = jobs_root
+        self.project = project
         self.grading = grading or GradingSettings()
         self.python = python
         self.record_wire = record_wire
@@ -133,37 +144,42 @@ class LocalExecutor:
 
     # --- launch ------------------------------------------------------------------------------------
 
-    def launch(self, spec: JobSpec) -> None:
-        """Start `spec` under a supervisor, unless this generation and attempt (or a later one) was launched.
+    def launch(self, workload: Workload) -> None:
+        """Start `workload` under a supervisor, unless this generation and attempt (or a later one) was launched.
+
+        It is resolved on this host (`resolve.py`: manifests, model, interpreter) only when it will start, so a
+        repeated apply neither copies anything nor fails on an artifact the running job no longer needs.
 
         A later attempt of the same generation keeps the state folder (the trainer resumes) and the cost; a
         new generation starts over in a fresh folder, after the previous generation's outputs, logs, input and
         status are set aside in `generations/<N>/` (`JobFiles.earlier`). Either needs the previous supervisor
         to be gone.
         """
-        files = self.files(spec.project, spec.name)
+        files = self.files(workload.project, workload.name)
         files.dir.mkdir(parents=True, exist_ok=True)
         with locked(files.executor_lock):
             current = read_json(files.spec)
             if current is not None:
                 old = JobSpec.from_json(current)
-                if (spec.generation, spec.attempt) <= (old.generation, old.attempt):
+                if (workload.generation, workload.attempt) <= (old.generation, old.attempt):
                     if not self._spawned(files, old):
                         self._spawn(files, old)  # an earlier launch stopped between its spec and its supervisor
                     return
                 if self._supervisor_running(files) and not _over(files.read_status()):
                     raise TemporaryError(
-                        f"job {spec.project}/{spec.name} still runs generation {old.generation} attempt {old.attempt}",
+                        f"job {workload.project}/{workload.name} still runs generation {old.generation} attempt "
+                        f"{old.attempt}",
                         delay=5,
                         hint="cancel it before launching another generation",
                     )
                 self._wait_for_exit(files)  # one that has recorded its end may still be closing its graders
-                if spec.generation > old.generation:
-                    _set_aside(files, old.generation)
+            spec = resolve(workload, self.project)
+            if current is not None and workload.generation > old.generation:
+                _set_aside(files, old.generation)
             carried = files.read_status() if current is not None else {}
             for request in (files.suspend_request, files.cancel_request):
                 request.unlink(missing_ok=True)  # meant for the run this launch replaces
-            self._prepare(files, spec, carried, LAUNCHED)
+            self._prepare(files, spec, workload, carried, LAUNCHED)
             self._spawn(files, spec)
 
     # --- observe -----------------------------------------------------------------------------------
@@ -211,9 +227,11 @@ class LocalExecutor:
             return Observation.of(status, lost=self._lost(project, name, status))
         return Observation.of(self.generation_files(project, name, generation).read_status())
 
-    def spec_of(self, project: str, name: str) -> JobSpec:
-        """spec.json of the generation launched last (its cap raised by `resume`, if it was)."""
-        return self._existing(project, name).read_spec()
+    def spec_of(self, project: str, name: str) -> Workload:
+        """workload.json of the generation launched last: the workload as launched (its cap raised by `resume`, its
+        attempt counted by `recover`)."""
+        files = self._existing(project, name)
+        return _read_workload(files) or launched_before_workloads(files.read_spec())
 
     # --- read what a job left ---------------------------------------------------------------------
 
@@ -286,14 +304,17 @@ class LocalExecutor:
         files = self._existing(project, name)
         with locked(files.executor_lock):
             spec = files.read_spec()
+            workload = _read_workload(files)
             if max_cost_usd is not None:
                 spec = _raised_cap(spec, max_cost_usd)
+                workload = workload and workload.with_changes(max_cost_usd=spec.max_cost_usd)
             status = files.read_status()
             phase = status.get("phase")
             if phase in TERMINAL:
                 raise ConfigError(f"job {project}/{name} is {phase}; only a Suspended job can be resumed")
             if phase != SUSPENDED:
                 write_json(files.spec, spec.to_json(), durable=True)
+                _write_workload(files, workload)
                 return
             cost = Decimal(str(status.get("costUSD") or "0"))
             cap = spec.max_cost
@@ -305,7 +326,7 @@ class LocalExecutor:
             self._wait_for_exit(files)
             for request in (files.suspend_request, files.cancel_request):
                 request.unlink(missing_ok=True)
-            self._prepare(files, spec, status, RESUMED)
+            self._prepare(files, spec, workload, status, RESUMED)
             self._spawn(files, spec)
 
     def restart(self, project: str, name: str) -> None:
@@ -319,7 +340,9 @@ class LocalExecutor:
                 return
             spec = self._end_lost(files, status)
             restarted = dataclasses.replace(spec, attempt=spec.attempt + 1)
-            self._prepare(files, restarted, status, SUPERVISOR_LOST)
+            workload = _read_workload(files)
+            restarted_workload = workload and workload.with_changes(attempt=restarted.attempt)
+            self._prepare(files, restarted, restarted_workload, status, SUPERVISOR_LOST)
             self._spawn(files, restarted)
 
     def abandon(self, project: str, name: str, reason: str, message: str) -> None:
@@ -376,10 +399,14 @@ class LocalExecutor:
         launched = read_json(files.supervisor) or {}
         return (launched.get("generation"), launched.get("attempt")) == (spec.generation, spec.attempt)
 
-    def _prepare(self, files: JobFiles, spec: JobSpec, carried: dict[str, Any], reason: str) -> None:
-        """The folder as a new supervisor expects it: spec, grading settings, parameters, a Pending status."""
+    def _prepare(
+        self, files: JobFiles, spec: JobSpec, workload: Workload | None, carried: dict[str, Any], reason: str
+    ) -> None:
+        """The folder as a new supervisor expects it: spec, workload, grading settings, parameters, a Pending
+        status. (`workload` None: a job launched before workload.json existed, restarted as it was.)"""
         for folder in (files.input, files.state, files.outputs, files.logs):
             folder.mkdir(parents=True, exist_ok=True)
+        _write_workload(files, workload)
         write_json(files.spec, spec.to_json(), durable=True)
         write_json(files.grading, grading_to_json(self._grading_for(spec)), durable=True)
         write_json(files.params, dict(spec.params), durable=True)
@@ -502,6 +529,64 @@ def _over(status: dict[str, Any]) -> bool:
     return status.get("phase") in TERMINAL or status.get("phase") == SUSPENDED
 
 
+def _read_workload(files: JobFiles) -> Workload | None:
+    """workload.json of the job folder, or None when there is none (a job launched before it was kept)."""
+    path = files.dir / WORKLOAD_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        return Workload.from_json(text)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        first = str(exc).splitlines()[1:2] or [str(exc)]
+        raise PermanentError(f"{path} is not a workload nodus can read: {first[0].strip()}") from None
+
+
+def launched_before_workloads(spec: JobSpec) -> Workload:
+    """The workload of a job launched by a nodus that kept only spec.json: its spec as it was written, in the
+    workload's fields (host terms: the resolved command, the package folder as the host hint, no manifest digests,
+    the model as the NODUS_INPUT_MODEL path it was given). Read, never launched again: a new generation is
+    compiled afresh."""
+    environment = None
+    if spec.environment is not None:
+        env = spec.environment
+        environment = EnvironmentArtifact(
+            project=spec.project,
+            name=env.name,
+            version=env.version,
+            grader_image=env.image,
+            grader_image_digest=env.digest,
+            package=PackageSource(host_hint=Path(env.paths[0]).as_uri() if env.paths else None),
+            loader=env.loader,
+            train_tasks=env.train_tasks,
+            held_out_tasks=env.held_out_tasks,
+            seed=env.seed,
+        )
+    return Workload(
+        key=WorkloadKey(project=spec.project, name=spec.name, kind=spec.kind),
+        generation=spec.generation,
+        attempt=spec.attempt,
+        command=spec.command,
+        image=spec.image,
+        env=dict(spec.env),
+        price_per_hour_usd=spec.price_per_hour_usd,
+        max_cost_usd=spec.max_cost_usd,
+        intervals=Intervals(
+            accounting_s=spec.accounting_interval_s,
+            heartbeat_s=spec.heartbeat_interval_s,
+            stop_grace_s=spec.stop_grace_s,
+        ),
+        params=dict(spec.params),
+        environment=environment,
+    )
+
+
+def _write_workload(files: JobFiles, workload: Workload | None) -> None:
+    if workload is not None:
+        write_json(files.dir / WORKLOAD_FILE, workload.model_dump(mode="json", by_alias=True), durable=True)
+
+
 def _raised_cap(spec: JobSpec, max_cost_usd: str) -> JobSpec:
     new = parse_usd(max_cost_usd, "maxCostUSD")
     old = spec.max_cost
@@ -572,6 +657,8 @@ def _set_aside(files: JobFiles, generation: int) -> None:
         entry.rename(kept)
     if files.spec.is_file():
         shutil.copyfile(files.spec, target.spec)
+    if (files.dir / WORKLOAD_FILE).is_file():
+        shutil.copyfile(files.dir / WORKLOAD_FILE, target.dir / WORKLOAD_FILE)
     for entry in files.dir.iterdir():
         if entry.name in KEEP_ON_SET_ASIDE:
             continue
