@@ -4,7 +4,6 @@ were); `nodus refresh`, `wait` and `apply --wait` recover it under the lease. Se
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 from collections.abc import Callable
@@ -62,7 +61,8 @@ def test_plan_of_a_lost_job_changes_nothing(tmp_path: Path, make_jobs: Callable[
     finally:
         store.close()
     jobs = make_jobs()
-    spec = dataclasses.replace(jobs.spec(NAME, parameters={"steps": 40, "sleepS": 0.1}), project="default")
+    launched = jobs.spec(NAME, parameters={"steps": 40, "sleepS": 0.1})
+    spec = launched.with_changes(key=launched.key.model_copy(update={"project": "default"}))
     files = jobs.launch(spec)
     executor = jobs.executor
     jobs.until(lambda: (read_json(files.state / "checkpoint.json") or {}).get("step", -1) >= 1, "a checkpoint")
