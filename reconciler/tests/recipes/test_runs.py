@@ -13,9 +13,10 @@ import pytest
 from nodus.errors import ConfigError
 from nodus.recipes import rl
 from nodus.recipes.runs import Record
+from nodus.reconciler.apply import holding_lease
 from nodus.reconciler.executors.local.job import JobFiles, JobSpec, manifest_of, write_json
 from nodus.reconciler.project import Project
-from nodus.reconciler.state.records import ResourceKey
+from nodus.reconciler.state.records import Launch, ResourceKey
 
 NAME = "reward-run"
 
@@ -179,3 +180,21 @@ def test_watch_ends_with_the_grading_failures_and_the_flat_reward_warning(run: r
         "see nodus logs tj/reward-run",
         "warning: every one of the 4 training groups got the same reward",
     ]
+
+
+def test_status_refreshes_only_under_the_lease(run: rl.Run) -> None:
+    """The SDK refreshes only under the apply lease, as `nodus wait` does: with an apply holding it, `status()`
+    reads what is stored and moves nothing beside the apply; once the lease is free, it refreshes."""
+    project = run.options.project()
+    key = ResourceKey("TrainingJob", "default", NAME)
+    store = project.open_state()
+    try:
+        store.record_launch(Launch(f"TrainingJob/default/{NAME}/gen1/attempt1", key, job=NAME))
+        store.set_status(key, {"phase": "Running", "reason": "TrainerStarted", "launchGeneration": 1, "step": 1})
+        write_json(job_folder(run).status, {"phase": "Succeeded", "reason": "TrainerSucceeded", "step": 2})
+        with holding_lease(store, "apply"):
+            assert run.status().phase == "Running"
+            assert store.get(key).status["phase"] == "Running"
+        assert run.status().phase == "Succeeded"
+    finally:
+        store.close()

@@ -9,6 +9,7 @@ sha256 of every output, checked again on download).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -19,8 +20,8 @@ from nodus.recipes.apply import Options
 from nodus.reconciler.controllers.trainingjob import executor
 from nodus.reconciler.executors import Executor
 from nodus.reconciler.project import Project
-from nodus.reconciler.refresh import refresh
-from nodus.reconciler.state.records import ResourceKey
+from nodus.reconciler.refresh import refresh_under_lease
+from nodus.reconciler.state.records import LeaseHeld, ResourceKey
 from nodus.reconciler.views.warnings import unseen
 from nodus.specs.status_names import GradingPhase, Phase, Reason, Stage
 
@@ -190,7 +191,10 @@ class Run:
 def _status(project: Project, key: ResourceKey) -> Record:
     store = project.open_state()
     try:
-        refresh(project, store)
+        # Under the apply lease, as `nodus wait` refreshes: while an apply holds it, the stored status is read as
+        # it is (the apply moves it), never refreshed beside the apply.
+        with contextlib.suppress(LeaseHeld):
+            refresh_under_lease(project, store, "sdk status")
         record = store.get(key)
     finally:
         store.close()

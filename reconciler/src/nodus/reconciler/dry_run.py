@@ -47,6 +47,7 @@ from nodus.reconciler.project import Project
 from nodus.reconciler.references import environment_ref, merge, runtime_key
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore, spec_hash
 from nodus.specs.parse import parse_resources
+from nodus.specs.status_names import Phase, Reason
 from nodus.specs.types import format_usd
 
 PLATFORM_ENV = (
@@ -112,7 +113,7 @@ def dry_run(inputs: Inputs, *, project: Project, prices: PriceTable, now: dateti
     refused: dict[ResourceKey, list[JSONObject]] = {}
     # `refusals` reads only get() and list(): the records already read stand in for the store (nothing is opened).
     for refusal in refusals(operations_of(made.actions), cast("StateStore", _Records(inputs.records))):
-        reason = refusal.reason or "MaxCostLowered"
+        reason = refusal.reason or Reason.MAX_COST_LOWERED
         refused.setdefault(refusal.operation.key, []).append({"reason": reason, "message": refusal.message})
     out = []
     for item in inputs.files:
@@ -145,7 +146,7 @@ def _job_document(
         blocking.insert(0, {"reason": verdict.reason, "message": verdict.message})
     if verdict.reason == "InvalidParameters" and runtime is not None:
         # Admission stops at the first bad parameter; a dry run lists them all, so one run shows every fix.
-        blocking[:] = [entry for entry in blocking if entry["reason"] != "InvalidParameters"]
+        blocking[:] = [entry for entry in blocking if entry["reason"] != Reason.INVALID_PARAMETERS]
         blocking[:0] = _parameter_blocking(job, runtime)
     estimate = estimate_job(
         job, context, documents, key=item.key, parameters=verdict.parameters if verdict.admitted else None
@@ -282,7 +283,7 @@ def _model_artifact(verdict: Admission, key: ResourceKey, context: Context) -> M
     volume = model.get("volume")
     if volume:
         found = context.record(ResourceKey("Volume", key.project, str(volume["name"])))
-        if found is not None and found.status.get("phase") == "Ready":
+        if found is not None and found.status.get("phase") == Phase.READY:
             revision = int(found.status.get("revision") or 0)
             return ModelArtifact(volume=VolumeRevision(name=str(volume["name"]), revision=revision))
     return None
@@ -298,7 +299,7 @@ def _environment_blocking(
     key, version = reference
     record = context.record(key)
     stored_same = record is not None and record.spec.get("spec", {}).get("version") == version
-    if stored_same and record is not None and record.status.get("phase") == "Ready":
+    if stored_same and record is not None and record.status.get("phase") == Phase.READY:
         return []
     entry = Lock.load(context.project.lock_path).get(key.name, version)
     if entry is not None and tags_of(context.project.files.images, entry.image):
@@ -306,7 +307,7 @@ def _environment_blocking(
     why = "not built" if entry is None else f"built, but image {entry.image} is not in the local store"
     return [
         {
-            "reason": "EnvironmentNotReady",
+            "reason": Reason.ENVIRONMENT_NOT_READY,
             "message": f"spec.environment.name: Environment {key.name}@{version} is {why}: "
             "`nodus apply --build` (or nodus-build) builds it",
         }
@@ -322,13 +323,18 @@ def _model_blocking(model: JSONObject, job: JSONObject, context: Context) -> lis
         if "@" not in uri or imported(context.project, uri) or snapshot(uri) is not None:
             return []  # an unpinned uri is admission's ModelNotPinned
         where = "spec.model.uri" if job["spec"].get("model") else "the runtime's spec.defaultModel.uri"
-        return [{"reason": "ModelNotCached", "message": f"{where}: {not_cached(uri)['message']}"}]
+        return [{"reason": Reason.MODEL_NOT_CACHED, "message": f"{where}: {not_cached(uri)['message']}"}]
     volume = model.get("volume")
     if volume:
         project = job["metadata"].get("project") or "default"
         record = context.record(ResourceKey("Volume", str(project), str(volume["name"])))
-        if record is None or record.status.get("phase") != "Ready":
-            return [{"reason": "VolumeNotReady", "message": f"spec.model.volume: Volume {volume['name']} is not Ready"}]
+        if record is None or record.status.get("phase") != Phase.READY:
+            return [
+                {
+                    "reason": Reason.VOLUME_NOT_READY,
+                    "message": f"spec.model.volume: Volume {volume['name']} is not Ready",
+                }
+            ]
     return []
 
 
@@ -341,7 +347,7 @@ def _cap_blocking(estimate: Estimate) -> list[JSONObject]:
         f"spec.maxCostUSD: {format_usd(estimate.cap_usd)} is below the first hold "
         f"${format_usd(estimate.hold_needed_usd)}: raise it to start the run"
     )
-    return [{"reason": "CapBelowFirstHold", "message": message}]
+    return [{"reason": Reason.CAP_BELOW_FIRST_HOLD, "message": message}]
 
 
 def _document(key: ResourceKey, documents: Mapping[ResourceKey, JSONObject], context: Context) -> JSONObject | None:

@@ -34,8 +34,9 @@ from nodus.reconciler.executors import (
     OutputManifest,
     Workload,
 )
+from nodus.specs.status_names import Phase, Reason
 
-ENDED = frozenset({"Succeeded", "Failed", "Cancelled"})
+ENDED = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED})
 LIVE = frozenset({"Pending", "Running"})
 """Phases whose job should have a live session: one without is lost."""
 
@@ -93,16 +94,16 @@ class FakeExecutor:
             old = runs[-1].spec
             if (spec.generation, spec.attempt) <= (old.generation, old.attempt):
                 return
-            if runs[-1].status.get("phase") not in (*ENDED, "Suspended"):
+            if runs[-1].status.get("phase") not in (*ENDED, Phase.SUSPENDED):
                 raise TemporaryError(f"job {spec.project}/{spec.name} still runs generation {old.generation}", delay=5)
             if spec.generation == old.generation:
                 runs[-1].spec = spec
-                runs[-1].status.update(phase="Pending", reason="Launched", attempt=spec.attempt)
+                runs[-1].status.update(phase=Phase.PENDING, reason=Reason.LAUNCHED, attempt=spec.attempt)
                 runs[-1].alive = True
                 return
         status = {
-            "phase": "Pending",
-            "reason": "Launched",
+            "phase": Phase.PENDING,
+            "reason": Reason.LAUNCHED,
             "generation": spec.generation,
             "attempt": spec.attempt,
             "costUSD": "0.000000",
@@ -112,19 +113,19 @@ class FakeExecutor:
             "events": [],
         }
         runs.append(FakeRun(spec, status))
-        self._event(runs[-1], "Launched", phase="Pending")
+        self._event(runs[-1], "Launched", phase=Phase.PENDING)
 
     def cancel(self, project: str, name: str) -> None:
         self.calls.append(("cancel", project, name))
         run = self._run(project, name)
         if run.status.get("phase") not in ENDED:
-            self._set(run, "Cancelled", reason="CancelRequested", message="cancelled")
+            self._set(run, "Cancelled", reason=Reason.CANCEL_REQUESTED, message="cancelled")
 
     def suspend(self, project: str, name: str) -> None:
         self.calls.append(("suspend", project, name))
         run = self._run(project, name)
-        if run.status.get("phase") not in (*ENDED, "Suspended"):
-            self._set(run, "Suspended", reason="SuspendRequested", message="suspended (spec.state: Suspended)")
+        if run.status.get("phase") not in (*ENDED, Phase.SUSPENDED):
+            self._set(run, "Suspended", reason=Reason.SUSPEND_REQUESTED, message="suspended (spec.state: Suspended)")
 
     def resume(self, project: str, name: str, max_cost_usd: str | None = None) -> None:
         self.calls.append(("resume", project, name, max_cost_usd))
@@ -146,7 +147,7 @@ class FakeExecutor:
                 raise ConfigError(
                     f"job {project}/{name} has cost ${cost}, which leaves no room under maxCostUSD ${cap}"
                 )
-            self._set(run, "Pending", reason="Resumed")
+            self._set(run, "Pending", reason=Reason.RESUMED)
             run.alive = True
 
     def restart(self, project: str, name: str) -> None:
@@ -156,7 +157,7 @@ class FakeExecutor:
             return
         run.spec = run.spec.with_changes(attempt=run.spec.attempt + 1)
         run.alive = True
-        self._set(run, "Pending", reason="SupervisorLost", message=None, attempt=run.spec.attempt)
+        self._set(run, "Pending", reason=Reason.SUPERVISOR_LOST, message=None, attempt=run.spec.attempt)
 
     def abandon(self, project: str, name: str, reason: str, message: str) -> None:
         self.calls.append(("abandon", project, name, reason))

@@ -10,15 +10,17 @@ phases and reasons beside the fields they belong to). `nodus.env` does not use i
 and imports nothing else of nodus.
 
 Each name is a `StrEnum`, so a member *is* its string: `Phase.RUNNING == "Running"`, JSON and SQL write the
-plain string, and a status read back from the store (plain strings) compares equal to the members. The
+plain string, and a status read back from the store (plain strings) compares equal to the members. YAML writes
+them as plain strings too: this module teaches PyYAML's safe dumper the StrEnum (once, at import). The
 spellings are the seeds' (`../shared/seeds/`) wherever the seeds name a value; `test_status_names.py` checks
-that, and that no reconciler source writes a phase or reason that is not a member here. YAML dumpers do not
-know enum types: a value written straight to `yaml.safe_dump` goes in as `member.value`.
+that, and that no reconciler source writes a phase or reason that is not a member here.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+
+import yaml
 
 
 class Phase(StrEnum):
@@ -230,3 +232,13 @@ class ConditionType(StrEnum):
     """True when some replies were never scored (InfrastructureFailure): unscored, never a reward of 0."""
     EXPORTED = "Exported"
     """The seeds' condition: the exact Volume revision the outputs were committed to."""
+
+
+def _represent_member(dumper: yaml.SafeDumper, member: StrEnum) -> yaml.Node:
+    """A member is dumped as its string (`phase: Running`), never as a Python object tag."""
+    return dumper.represent_str(str(member))
+
+
+# Why at import: every document a command prints (a dry run's Job, `nodus get -o yaml`) may carry members, and
+# PyYAML's safe dumper refuses a type it does not know; registering on SafeDumper covers yaml.safe_dump(_all).
+yaml.SafeDumper.add_multi_representer(StrEnum, _represent_member)

@@ -21,6 +21,7 @@ from nodus.reconciler.controllers.trainingjob import (
 from nodus.reconciler.executors.workload import Workload, WorkloadKey
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, Launch, ResourceKey, ResourceRecord, StateStore
+from nodus.specs.status_names import Phase, Reason
 
 
 def reconcile_job(record: ResourceRecord, *, project: Project, store: StateStore) -> tuple[JSONObject, str | None]:
@@ -28,7 +29,7 @@ def reconcile_job(record: ResourceRecord, *, project: Project, store: StateStore
     clash = store.get(ResourceKey("TrainingJob", record.key.project, record.key.name))
     if clash is not None:
         message = f"TrainingJob/{record.key.name} owns the Job of that name in project {record.key.project}"
-        return {"phase": "Failed", "reason": "NameTaken", "message": message}, None
+        return {"phase": Phase.FAILED, "reason": Reason.NAME_TAKEN, "message": message}, None
     spec = record.spec["spec"]
     jobs = executor(project)
     # The host's price when the run launched (the price table's cpu.local or $NODUS_LOCAL_PRICE_PER_HOUR), kept
@@ -49,7 +50,11 @@ def reconcile_job(record: ResourceRecord, *, project: Project, store: StateStore
         if jobs.exists(record.key.project, record.key.name):
             jobs.suspend(record.key.project, record.key.name)
             return job_status(jobs, record), None
-        return {"phase": "Suspended", "reason": "SuspendRequested", "message": "spec.state is Suspended"}, None
+        return {
+            "phase": Phase.SUSPENDED,
+            "reason": Reason.SUSPEND_REQUESTED,
+            "message": "spec.state is Suspended",
+        }, None
     _, new = store.record_launch(Launch(launch_key(record), record.key, job=record.key.name))
     jobs.launch(job)
     status = {**job_status(jobs, record), "launchGeneration": launch_generation(record), "price": price.to_status()}

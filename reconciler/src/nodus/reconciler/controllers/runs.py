@@ -26,9 +26,9 @@ from nodus.reconciler.executors import Executor
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceRecord
 from nodus.specs.compute import Recovery
-from nodus.specs.status_names import Phase
+from nodus.specs.status_names import Phase, Reason
 
-SUPERVISOR_LOST = "SupervisorLost"
+SUPERVISOR_LOST = Reason.SUPERVISOR_LOST
 DEFAULT_MAX_ATTEMPTS = Recovery().max_attempts
 
 

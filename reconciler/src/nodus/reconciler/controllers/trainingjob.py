@@ -52,6 +52,7 @@ from nodus.reconciler.pricing.prices import LOCAL_PRICE_VARIABLE, LaunchPrice, l
 from nodus.reconciler.project import Project
 from nodus.reconciler.references import runtime_key
 from nodus.reconciler.state.records import JSONObject, Launch, ResourceKey, ResourceRecord, StateStore, spec_hash
+from nodus.specs.status_names import Phase, Reason
 
 PRICE_VARIABLE = LOCAL_PRICE_VARIABLE
 """US dollars per hour this machine costs (else the price table's `cpu.local`, 0 by default: your own machine);
@@ -91,13 +92,13 @@ def reconcile_trainingjob(
     known = {r.key: r.spec for kind in ("Environment", "Volume") for r in store.list(kind)}
     verdict = admit(record.spec, runtime.spec if runtime else None, known)
     if not verdict.admitted:
-        return {"phase": "Failed", "reason": verdict.reason, "message": verdict.message}, None
+        return {"phase": Phase.FAILED, "reason": verdict.reason, "message": verdict.message}, None
     environment = store.get(verdict.environment) if verdict.environment else None
-    if environment is not None and environment.status.get("phase") != "Ready":
-        reason = environment.status.get("reason", "NotReady")
+    if environment is not None and environment.status.get("phase") != Phase.READY:
+        reason = environment.status.get("reason", Reason.NOT_READY)
         return {
-            "phase": "Pending",
-            "reason": "EnvironmentNotReady",
+            "phase": Phase.PENDING,
+            "reason": Reason.ENVIRONMENT_NOT_READY,
             "message": f"Environment {environment.key.name} is not Ready ({reason})",
         }, None
     assert runtime is not None  # admitted
@@ -119,7 +120,11 @@ def reconcile_trainingjob(
         if exists:
             jobs.suspend(record.key.project, record.key.name)
             return job_status(jobs, record), None
-        return {"phase": "Suspended", "reason": "SuspendRequested", "message": "spec.state is Suspended"}, None
+        return {
+            "phase": Phase.SUSPENDED,
+            "reason": Reason.SUSPEND_REQUESTED,
+            "message": "spec.state is Suspended",
+        }, None
     _, new = store.record_launch(Launch(launch_key(record), record.key, job=record.key.name))
     if exists and jobs.spec_of(record.key.project, record.key.name).generation < spec.generation:
         _stop_replaced(jobs, record)
@@ -141,7 +146,7 @@ def sandbox_in_force(
     if environment is None:
         return None
     launched = record.status.get("launchGeneration") == launch_generation(record)
-    kept = sandboxes.from_status(record.status) if launched and record.status.get("phase") != "Failed" else None
+    kept = sandboxes.from_status(record.status) if launched and record.status.get("phase") != Phase.FAILED else None
     return kept or sandboxes.choose(project.settings().grading.sandbox, environment.status)
 
 
@@ -169,7 +174,7 @@ def _model(
     if model.get("uri"):
         if not imported(project, str(model["uri"])):
             # Importing can take minutes for a large model: say so while it runs (`nodus get` shows it).
-            write_status(store, record, {**record.status, "phase": "Pending", "stage": "CachingModel"})
+            write_status(store, record, {**record.status, "phase": Phase.PENDING, "stage": "CachingModel"})
         path, status = ensure_model(project, str(model["uri"]))
         if path is None:
             return None, {**status, "stage": "CachingModel"}
@@ -178,9 +183,9 @@ def _model(
     if volume:
         key = ResourceKey("Volume", record.key.project, str(volume["name"]))
         found = store.get(key)
-        if found is None or found.status.get("phase") != "Ready":
+        if found is None or found.status.get("phase") != Phase.READY:
             message = f"Volume {volume['name']} is not Ready"
-            return None, {"phase": "Pending", "reason": "VolumeNotReady", "message": message}
+            return None, {"phase": Phase.PENDING, "reason": Reason.VOLUME_NOT_READY, "message": message}
         revision = VolumeRevision(name=str(volume["name"]), revision=int(found.status.get("revision") or 0))
         return ModelArtifact(volume=revision), None
     return None, None
@@ -354,7 +359,7 @@ def job_status(jobs: Executor, record: ResourceRecord) -> JSONObject:
     """The executor's view of a job as TrainingJob status: phase, reason, stage, step, metrics, cost..."""
     project, name = record.key.project, record.key.name
     if not jobs.exists(project, name):
-        return {"phase": "Pending"}
+        return {"phase": Phase.PENDING}
     seen = jobs.observe(project, name)
     raw = seen.raw
     status: dict[str, Any] = {"phase": seen.phase}
@@ -363,7 +368,7 @@ def job_status(jobs: Executor, record: ResourceRecord) -> JSONObject:
             status[field] = raw[field]
     if seen.cost_usd is not None:
         status["cost"] = {"totalUSD": seen.cost_usd, "limitUSD": record.spec["spec"].get("maxCostUSD")}
-    if record.key.kind == "TrainingJob" and status["phase"] == "Succeeded":
+    if record.key.kind == "TrainingJob" and status["phase"] == Phase.SUCCEEDED:
         timing = record.status.get("timing")
         if not (isinstance(timing, dict) and timing.get("generation") == seen.generation):
             model = model_identity(record.spec["spec"].get("model"))

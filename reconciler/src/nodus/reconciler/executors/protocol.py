@@ -30,11 +30,12 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 from nodus.errors import TemporaryError
+from nodus.specs.status_names import Phase
 
 from .workload import Workload
 
-ENDED_PHASES = frozenset({"Succeeded", "Failed", "Cancelled"})
-WAIT_PHASES = frozenset({*ENDED_PHASES, "Suspended"})
+ENDED_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED})
+WAIT_PHASES = frozenset({*ENDED_PHASES, Phase.SUSPENDED})
 """What `wait` waits for by default: a phase the job stays in until someone acts."""
 
 

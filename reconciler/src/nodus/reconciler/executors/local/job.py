@@ -80,11 +80,8 @@ SUPERVISOR_ERROR: Final = Reason.SUPERVISOR_ERROR
 RESUMED: Final = Reason.RESUMED
 LAUNCHED: Final = Reason.LAUNCHED
 
-DEFAULT_TRAIN_TASKS = 256
-DEFAULT_HELD_OUT_TASKS = 64
 MAX_UNIX_SOCKET_PATH = 107
 """sun_path holds 108 bytes with the terminating NUL."""
-USD_PLACES = Decimal("0.000001")
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
