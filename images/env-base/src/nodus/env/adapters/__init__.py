@@ -1,25 +1,33 @@
 """The adapter seam: whatever `load_environment()` returned -> one `Adapter` the grader can drive.
 
-Who uses it: `nodus.env.environment.load_environment`. Adapters are tried in order; each module in this
-package handles one way of writing environments (add verifiers, OpenEnv or verl/SkyRL as one module each).
+Who uses it: `nodus.env.environment.load_environment`. `ADAPTERS` is tried in order, most specific first: each
+module of this package handles one way of writing environments and is one line here (`accepts(obj)`, and the
+adapter class it makes). The plain module shape (`tasks` and `reward`) comes last, since anything with those two
+names would pass it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from nodus.env.adapters import module, reasoning_gym
 from nodus.env.adapters.base import Adapter, AdapterError, RawTask, StepResult
 
-__all__ = ["Adapter", "AdapterError", "RawTask", "StepResult", "adapt"]
+__all__ = ["ADAPTERS", "Adapter", "AdapterError", "RawTask", "StepResult", "adapt"]
+
+ADAPTERS: tuple[tuple[str, Callable[[Any], bool], Callable[[Any], Adapter]], ...] = (
+    ("reasoning-gym", reasoning_gym.accepts, reasoning_gym.ReasoningGymAdapter),
+    ("module", module.accepts, module.ModuleAdapter),
+)
+"""(name, accepts, make) of every adapter, in the order they are tried."""
 
 
 def adapt(obj: Any) -> Adapter:
     """The first adapter that accepts `obj`, or an AdapterError saying what an environment must provide."""
-    if reasoning_gym.accepts(obj):
-        return reasoning_gym.ReasoningGymAdapter(obj)
-    if module.accepts(obj):
-        return module.ModuleAdapter(obj)
+    for _name, accepts, make in ADAPTERS:
+        if accepts(obj):
+            return make(obj)
     raise AdapterError(
         f"the loader returned {type(obj).__name__}, which is not an environment: expected a module or object "
         "with tasks(split) and reward(completion, answer) (or step(turns, answer)), or a reasoning_gym dataset"
