@@ -122,12 +122,16 @@ class Environment:
         def run() -> Any:
             result = self.adapter.step(turns, raw)
             box["next"], box["done"] = result.next_message, result.next_message is None
+            box["role"] = result.role
             return result.reward
 
         outcome = self._guarded(run, timeout_s)
         if outcome.verdict == contract.INFRASTRUCTURE_FAILURE:
             return outcome, {"next": None, "done": True}
-        return outcome, {"next": box.get("next"), "done": box.get("done", True)}
+        extra = {"next": box.get("next"), "done": box.get("done", True)}
+        if box.get("role", "user") != "user" and extra["next"] is not None:
+            extra["nextRole"] = box["role"]  # only a tool result says so: a line without it is the user's turn
+        return outcome, extra
 
     def _guarded(self, function: Any, timeout_s: float | None) -> Outcome:
         # A per-task alarm for Python code (the host kills graders that hang in C code). The handler is

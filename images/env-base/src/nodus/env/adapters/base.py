@@ -25,6 +25,9 @@ class StepResult:
 
     next_message: str | None
     reward: Any
+    role: str = "user"
+    """Who speaks `next_message` in the chat: `user` (the environment's feedback) or `tool` (the result of the
+    tool call the model's last turn made; the trainer renders it as a tool message of the chat template)."""
 
 
 class Adapter(Protocol):
