@@ -6,11 +6,12 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from nodus.errors import SpecError
-from nodus.reconciler import apply
+from nodus.reconciler import apply, refresh, waiting
 from nodus.reconciler.controllers import registry as registry_module
 from nodus.reconciler.controllers.agentgroup_controller import AgentGroupController
 from nodus.reconciler.controllers.base import AdmissionContext, Context, ControllerBase, Done, Refusal
@@ -106,9 +107,12 @@ def test_agent_groups_are_admitted_by_their_controller_and_stay_stored_only() ->
     assert all(controller.kind != "AgentGroup" for controller in REGISTRY)  # refresh observes nothing of it
 
 
-def test_apply_compares_no_kind() -> None:
-    """No `kind == "TrainingJob"`, no `key.kind in (...)`: each kind's behaviour is its controller's."""
-    tree = ast.parse(Path(apply.__file__).read_text())
+@pytest.mark.parametrize("module", [apply, refresh, waiting], ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_apply_refresh_and_waits_compare_no_kind(module: ModuleType) -> None:
+    """No `kind == "TrainingJob"`, no `key.kind in (...)`: each kind's behaviour is its controller's (admission,
+    observing, what blocks a wait), asked through the registry."""
+    path = Path(str(module.__file__))
+    tree = ast.parse(path.read_text())
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Compare):
@@ -120,5 +124,5 @@ def test_apply_compares_no_kind() -> None:
                 isinstance(operand, ast.Name) and operand.id == "kind"
             )
             if names or about_kind:
-                found.append(f"apply.py:{node.lineno}: {ast.unparse(node)}")
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
     assert found == []

@@ -29,21 +29,18 @@ from dataclasses import dataclass, field
 from nodus.reconciler.apply import holding_lease
 from nodus.reconciler.controllers import registry
 from nodus.reconciler.controllers.base import Context, Requeue
+from nodus.reconciler.controllers.blocking import phase_of
 from nodus.reconciler.controllers.coverage import UNSUPPORTED_PHASE
 from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.controllers.trainingjob_controller import REQUEUE_AFTER_S, WAITING_REASONS
 from nodus.reconciler.project import Project
-from nodus.reconciler.references import environment_ref
 from nodus.reconciler.state.records import LeaseHeld, ResourceKey, ResourceRecord, StateStore
-from nodus.specs.status_names import Phase, Reason
+from nodus.specs.status_names import Phase
 
 SUCCESS = frozenset({Phase.SUCCEEDED, Phase.READY})
 """The phases a wait for a resource to be done counts as success (jobs, then Environments, Volumes, runtimes)."""
 ENDED = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED})
 """Phases a job's generation never leaves."""
-JOB_KINDS = frozenset({"TrainingJob", "Job"})
-NOT_BUILT = frozenset({"ImageNotBuilt", "ImageMissing"})
-"""An Environment's reasons that only a build clears."""
 
 
 @dataclass(frozen=True)
@@ -72,10 +69,6 @@ class Outcome:
         return ": ".join(parts)
 
 
-def phase_of(record: ResourceRecord) -> str:
-    return str(record.status.get("phase") or Phase.PENDING)
-
-
 def outcome(record: ResourceRecord, store: StateStore, *, suspended_ends: bool) -> Outcome | None:
     """The record's outcome when it reached an end (or is blocked); None while it may still progress.
 
@@ -83,7 +76,7 @@ def outcome(record: ResourceRecord, store: StateStore, *, suspended_ends: bool) 
     phase = phase_of(record)
     reason = str(record.status.get("reason") or "")
     message = str(record.status.get("message") or "")
-    is_job = record.key.kind in JOB_KINDS
+    is_job = runs_a_job(record.key.kind)
     ended = (ENDED | ({Phase.SUSPENDED} if suspended_ends else set())) if is_job else SUCCESS | {Phase.FAILED}
     if phase in ended or phase == UNSUPPORTED_PHASE:
         return Outcome(record.key, phase, reason, message)
@@ -94,55 +87,20 @@ def outcome(record: ResourceRecord, store: StateStore, *, suspended_ends: bool) 
 
 
 def blocked_by(record: ResourceRecord, store: StateStore) -> str | None:
-    """Why a Pending resource can never leave Pending by itself, or None."""
-    if phase_of(record) != Phase.PENDING:
-        return None
-    reason = record.status.get("reason")
-    message = str(record.status.get("message") or reason or "")
-    if record.key.kind == "Environment":
-        return f"{message} (nothing builds it while waiting)" if reason in NOT_BUILT else None
-    if record.key.kind not in JOB_KINDS:
-        return None
-    if reason == Reason.MODEL_NOT_CACHED:
-        return message
-    if reason == Reason.ENVIRONMENT_NOT_READY:
-        return _dependency(store, _environment_key(record))
-    if reason == Reason.VOLUME_NOT_READY:
-        return _dependency(store, _volume_key(record))
-    return None
+    """Why a Pending resource can never leave Pending by itself, or None: its kind's controller says
+    (`Controller.blocked_by`: an Environment nothing builds, a job on a dependency that failed or is not built)."""
+    return registry.REGISTRY.for_kind(record.key.kind).blocked_by(record, store)
 
 
-def _dependency(store: StateStore, key: ResourceKey | None) -> str | None:
-    """Why the dependency `key` will not become Ready (Failed, or not built), or None."""
-    found = None if key is None else store.get(key)
-    if found is None:
-        return None
-    phase = phase_of(found)
-    reason = found.status.get("reason")
-    detail = str(found.status.get("message") or "")
-    if phase == Phase.FAILED:
-        return f"{key} is Failed" + (f" ({reason}: {detail})" if reason else f" ({detail})" if detail else "")
-    if phase == Phase.PENDING and reason in NOT_BUILT:
-        return f"{key} is not built ({reason}): {detail}" if detail else f"{key} is not built ({reason})"
-    return None
-
-
-def _environment_key(record: ResourceRecord) -> ResourceKey | None:
-    reference = environment_ref(record.spec)
-    return None if reference is None else reference[0]
-
-
-def _volume_key(record: ResourceRecord) -> ResourceKey | None:
-    model = (record.spec.get("spec") or {}).get("model") or {}
-    volume = model.get("volume") if isinstance(model, dict) else None
-    if not isinstance(volume, dict) or not volume.get("name"):
-        return None
-    return ResourceKey("Volume", record.key.project, str(volume["name"]))
+def runs_a_job(kind: str) -> bool:
+    """Whether resources of `kind` run a job (a supervised generation that ends): their controller heartbeats."""
+    return registry.REGISTRY.for_kind(kind).heartbeats
 
 
 def requeued_keys(store: StateStore) -> list[ResourceKey]:
     """Every job that waits on a dependency (what `nodus controller` looks at again between its passes)."""
-    return [record.key for kind in sorted(JOB_KINDS) for record in store.list(kind) if requeued(record)]
+    kinds = sorted(controller.kind for controller in registry.REGISTRY if controller.heartbeats)
+    return [record.key for kind in kinds for record in store.list(kind) if requeued(record)]
 
 
 def requeued(record: ResourceRecord) -> bool:

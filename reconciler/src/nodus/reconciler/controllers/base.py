@@ -193,6 +193,11 @@ class Controller(Protocol):
         """The resource's job's last heartbeat and what it reported then, read without changing anything."""
         ...
 
+    def blocked_by(self, record: ResourceRecord, store: StateStore) -> str | None:
+        """Why the resource, as stored, can never leave Pending by itself (only another apply, after the cause is
+        fixed, can move it on), or None. `nodus wait` and `apply --wait` end at once on it. A pure read."""
+        ...
+
 
 class ControllerBase:
     """Defaults for the hooks a kind does not need: nothing to refuse, observe, stop or heartbeat."""
@@ -211,6 +216,9 @@ class ControllerBase:
         return None
 
     def heartbeat(self, record: ResourceRecord, project: Project) -> Heartbeat | None:
+        return None
+
+    def blocked_by(self, record: ResourceRecord, store: StateStore) -> str | None:
         return None
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from nodus.builder import build as builder
 from nodus.reconciler.controllers.base import Context, ControllerBase, Done
+from nodus.reconciler.controllers.blocking import environment_not_built
 from nodus.reconciler.controllers.environment import reconcile_environment
-from nodus.reconciler.state.records import JSONObject, ResourceRecord
+from nodus.reconciler.state.records import JSONObject, ResourceRecord, StateStore
 from nodus.specs.status_names import Phase, Reason
 
 
@@ -27,6 +28,9 @@ class EnvironmentController(ControllerBase):
         if status.get("phase") != Phase.READY:
             notes.append(f"{status.get('phase')}: {status.get('message', status.get('reason', ''))}")
         return Done(status, notes=notes)
+
+    def blocked_by(self, record: ResourceRecord, store: StateStore) -> str | None:
+        return environment_not_built(record)
 
 
 def _reconcile(document: JSONObject, context: Context) -> JSONObject:

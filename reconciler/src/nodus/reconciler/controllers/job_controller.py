@@ -7,10 +7,11 @@ Who calls it: `nodus.reconciler.controllers.registry` (registered for Job). The 
 from __future__ import annotations
 
 from nodus.reconciler.controllers.base import Context, ControllerBase, Done, Heartbeat
+from nodus.reconciler.controllers.blocking import run_blocked
 from nodus.reconciler.controllers.job import reconcile_job
 from nodus.reconciler.controllers.runs import failed_now, observe_run, run_heartbeat, stop_run
 from nodus.reconciler.project import Project
-from nodus.reconciler.state.records import ResourceRecord
+from nodus.reconciler.state.records import ResourceRecord, StateStore
 
 
 class JobController(ControllerBase):
@@ -29,3 +30,6 @@ class JobController(ControllerBase):
 
     def heartbeat(self, record: ResourceRecord, project: Project) -> Heartbeat | None:
         return run_heartbeat(record, project)
+
+    def blocked_by(self, record: ResourceRecord, store: StateStore) -> str | None:
+        return run_blocked(record, store)

@@ -19,10 +19,11 @@ from nodus.reconciler.controllers.base import (
     Requeue,
     Result,
 )
+from nodus.reconciler.controllers.blocking import run_blocked
 from nodus.reconciler.controllers.runs import failed_now, observe_run, run_heartbeat, stop_run
 from nodus.reconciler.controllers.trainingjob import reconcile_trainingjob
 from nodus.reconciler.project import Project
-from nodus.reconciler.state.records import JSONObject, ResourceRecord
+from nodus.reconciler.state.records import JSONObject, ResourceRecord, StateStore
 from nodus.specs.status_names import Phase, Reason
 
 WAITING_REASONS = frozenset({Reason.ENVIRONMENT_NOT_READY, Reason.VOLUME_NOT_READY, Reason.MODEL_NOT_CACHED})
@@ -55,3 +56,6 @@ class TrainingJobController(ControllerBase):
 
     def admit(self, record: ResourceRecord | None, desired: JSONObject, context: AdmissionContext) -> list[Refusal]:
         return trainingjob_refusals(record, desired, context)
+
+    def blocked_by(self, record: ResourceRecord, store: StateStore) -> str | None:
+        return run_blocked(record, store)
