@@ -15,7 +15,7 @@ wrote). So a caller that builds a status without the watermark (an apply pass), 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from nodus.reconciler.session.summary import GRADING_FAILURES, failures_message
 from nodus.reconciler.state.records import Conflict, Event, JSONObject, ResourceRecord, StateStore
@@ -27,14 +27,24 @@ WARNING_CONDITIONS = frozenset({(ConditionType.CONTAINER_SANDBOX, "False"), (Con
 
 
 def conditions(kind: str, status: JSONObject) -> list[JSONObject]:
-    """kubectl-style conditions of a TrainingJob or Environment status (no timestamps: stable between passes)."""
+    """kubectl-style conditions of a status (no timestamps: stable between passes), by its kind's function in
+    `CONDITIONS`; a kind with none has no conditions."""
+    found = CONDITIONS.get(kind)
+    return found(status) if found is not None else []
+
+
+def environment_conditions(status: JSONObject) -> list[JSONObject]:
+    """An Environment's one condition: Ready, or why not."""
+    reason, message = status.get("reason", ""), status.get("message", "")
+    ready = status.get("phase") == Phase.READY
+    return [_condition(ConditionType.READY, ready, "" if ready else reason, "" if ready else message)]
+
+
+def trainingjob_conditions(status: JSONObject) -> list[JSONObject]:
+    """A TrainingJob's conditions: Admitted, EnvironmentReady, Succeeded, Suspended, ContainerSandbox,
+    GradingFailures and Exported, each only once it means something."""
     phase, reason = status.get("phase"), status.get("reason", "")
     message = status.get("message", "")
-    if kind == "Environment":
-        ready = phase == Phase.READY
-        return [_condition(ConditionType.READY, ready, "" if ready else reason, "" if ready else message)]
-    if kind != "TrainingJob":
-        return []
     admitted = reason not in ADMISSION_REASONS
     found = [_condition(ConditionType.ADMITTED, admitted, "" if admitted else reason, "" if admitted else message)]
     if admitted:
@@ -75,6 +85,13 @@ def conditions(kind: str, status: JSONObject) -> list[JSONObject]:
         what = f"Volume {export.get('volume')} revision {export.get('revision')}" if done else export.get("message", "")
         found.append(_condition(ConditionType.EXPORTED, done, "" if done else str(export.get("reason", "")), str(what)))
     return found
+
+
+CONDITIONS: dict[str, Callable[[JSONObject], list[JSONObject]]] = {
+    "Environment": environment_conditions,
+    "TrainingJob": trainingjob_conditions,
+}
+"""The conditions of each kind that has some: a kind that grows conditions adds its function here."""
 
 
 def _condition(kind: ConditionType, value: bool, reason: str, message: str) -> JSONObject:
