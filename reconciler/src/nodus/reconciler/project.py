@@ -46,6 +46,11 @@ class Project:
     def jobs(self) -> Path:
         return self.files.root / "jobs"
 
+    def volume_revision(self, volume_project: str, name: str, revision: int) -> Path:
+        """The folder of revision `revision` of Volume `volume_project/name`: the one place its layout is written
+        (the Volume controller fills it, an export commits to it, the local executor mounts it as the model)."""
+        return self.files.root / "volumes" / volume_project / name / f"rev{revision}"
+
     def has_state(self) -> bool:
         """Whether there is a state store to read: `--state` (or NODUS_STATE) names one, or the state folder holds
         the SQLite file."""

@@ -100,7 +100,7 @@ def ensure_model(project: Project, uri: str) -> tuple[Path | None, JSONObject]:
 
 
 def volume_path(project: Project, record: ResourceRecord, revision: int) -> Path:
-    return project.files.root / "volumes" / record.key.project / record.key.name / f"rev{revision}"
+    return project.volume_revision(record.key.project, record.key.name, revision)
 
 
 def reconcile_volume(record: ResourceRecord, *, project: Project, spec_file: Path | None) -> JSONObject:

@@ -144,8 +144,8 @@ def model_path(model: ModelArtifact, workload: Workload, project: Project | None
 
 
 def volume_folder(project: Project, volume_project: str, name: str, revision: int) -> Path:
-    """A Volume revision's folder, as the Volume controller fills it (`controllers/volume.py::volume_path`)."""
-    return project.files.root / "volumes" / volume_project / name / f"rev{revision}"
+    """A Volume revision's folder, as the Volume controller fills it (`Project.volume_revision`)."""
+    return project.volume_revision(volume_project, name, revision)
 
 
 def hint_path(uri: str) -> Path:
