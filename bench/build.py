@@ -93,7 +93,7 @@ def buildah_build(environment: Path, base: str, work: Path, build_spec: dict[str
         from nodus.builder.requirements import install
 
         # The same install nodus-build does (hash-checked, image platform), so both sides copy the same tree.
-        install(LockedRequirements.of(requirements), site, index=None, scratch=context)
+        install(LockedRequirements.of(requirements), site, scratch=context)
     subprocess.run(
         [*BUILDAH, *LIMITS, "--network", "none", "--timestamp", "0", "--layers=false", "-q", "-t", tag, str(context)],
         check=True,

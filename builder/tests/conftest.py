@@ -10,6 +10,8 @@ the host (`/lib -> usr/lib`, sonames -> versioned files), so symlinks in layers 
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -18,7 +20,7 @@ import stat
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -211,3 +213,38 @@ def local_registry(tmp_path: Path) -> Iterator[str]:
             process.kill()
             process.wait()
         log.close()
+
+
+def _simple_index_module() -> Any:
+    """`fixtures/simple_index.py`, loaded by path (test folders are not packages under --import-mode=importlib)."""
+    import importlib.util
+    import sys
+
+    name = "nodus_builder_tests_simple_index"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "fixtures" / "simple_index.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture
+def wheel_from_folder() -> Callable[..., Path]:
+    """`wheel_from_folder(folder, out, name=, version=, dependencies=())`: a wheel of the folder's modules."""
+    return _simple_index_module().wheel_from_folder  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def simple_index(tmp_path: Path) -> Iterator[Callable[[Sequence[Path]], str]]:
+    """`simple_index(wheels)`: a PEP 503 index of `wheels` served on 127.0.0.1 until the test ends; its URL."""
+    module = _simple_index_module()
+    served = itertools.count()
+    with contextlib.ExitStack() as servers:
+
+        def serve(wheels: Sequence[Path]) -> str:
+            root = module.write_index(tmp_path / f"index-{next(served)}", wheels)
+            return str(servers.enter_context(module.serve_index(root)))
+
+        yield serve

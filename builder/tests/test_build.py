@@ -393,6 +393,83 @@ def test_a_pip_package_from_its_own_index(
     assert any(f"nodus-tiny-env==1.2.0 --hash=sha256:{digest}" in p.read_text() for p in locked.iterdir())
 
 
+HUB_ENV = """
+import re
+import sys
+
+import six  # a dependency from PyPI, installed beside the package
+
+WORDS = [f"w{i:02d}rd" for i in range(20)]
+ANSWER = re.compile(r"<answer>([a-z0-9]+)</answer>")
+
+
+def load_environment():
+    return sys.modules[__name__]
+
+
+def tasks(split):
+    chosen = WORDS[:15] if split == "train" else WORDS[15:]
+    return [{"prompt": six.ensure_str(f"Reverse {w}"), "answer": w[::-1], "metadata": {"length": len(w)}} for w in chosen]
+
+
+def reward(completion, answer):
+    found = ANSWER.findall(completion)
+    return None if not found else float(found[-1] == answer)
+
+
+def gold_completion(answer):
+    return f"<answer>{answer}</answer>"
+"""
+
+
+def test_a_pip_package_from_a_simple_index_loads_its_own_module_and_grades_offline(
+    tmp_path: Path,
+    base_reference: str,
+    capsys: pytest.CaptureFixture[str],
+    podman_layout: Callable[[Path], Path],
+    wheel_from_folder: Callable[..., Path],
+    simple_index: Callable[[list[Path]], str],
+) -> None:
+    """A Hub-like package: distribution `reverse-words`, module `reverse_words_env`, the default loader, a
+    dependency from PyPI; served from a PEP 503 index on 127.0.0.1 (`package.pip.index`)."""
+    source = tmp_path / "src"
+    (source / "reverse_words_env").mkdir(parents=True)
+    (source / "reverse_words_env" / "__init__.py").write_text(HUB_ENV)
+    wheel = wheel_from_folder(
+        source, tmp_path / "wheels", name="reverse-words", version="1.0.0", dependencies=["six==1.17.0"]
+    )
+    index = simple_index([wheel])
+    spec = tmp_path / "environment.yaml"
+    document = (
+        "apiVersion: nodus.dev/v1\nkind: Environment\nmetadata: {{name: {name}}}\nspec:\n  version: 1.0.0\n"
+        "  package:\n    pip: {{name: reverse-words, version: {version}, index: '{index}'}}\n"
+    )
+    spec.write_text(document.format(name="reverse-words", version="1.0.0", index=index))
+    code, output = run_build(capsys, *build_args([spec], tmp_path, base_reference))
+    row = output["results"][0]
+    assert code == 0 and row["status"] == "built", output
+    assert row["splits"] == {"train": 15, "test": 5}
+    entry = Lock.load(tmp_path / "nodus.lock").get("reverse-words", "1.0.0")
+    assert entry is not None and dict(entry.indexes) == {"reverse-words": index}
+
+    layout = podman_layout(Store(tmp_path / ".nodus").images)
+    tag = "env-reverse-words-1.0.0"
+    listed = [json.loads(line) for line in in_image(layout, tag, "nodus-env tasks --split test --seed 0").splitlines()]
+    assert sorted(task["prompt"] for task in listed) == [f"Reverse w{i:02d}rd" for i in range(15, 20)]
+    assert all(set(task) == {"taskId", "prompt", "metadata"} for task in listed)
+    first = listed[0]
+    word = first["prompt"].removeprefix("Reverse ")
+    replies = [f"<answer>{word[::-1]}</answer>", "<answer>wrong</answer>", "no tags at all"]
+    lines = "\\n".join(json.dumps({"taskId": first["taskId"], "completion": reply}) for reply in replies)
+    graded = [json.loads(line) for line in in_image(layout, tag, f"printf '{lines}\\n' | nodus-env grade").splitlines()]
+    assert [line["verdict"] for line in graded] == ["Correct", "Incorrect", "InvalidOutput"]
+
+    # A version the index does not have: the build fails naming the index (PyPI is never asked for it).
+    spec.write_text(document.format(name="reverse-words-next", version="9.9.9", index=index))
+    code, output = run_build(capsys, *build_args([spec], tmp_path, base_reference))
+    assert code == 1 and output["results"][0]["error"].startswith(f"reverse-words==9.9.9 is not on index {index}: ")
+
+
 FETCHING_ENV = '''
 """Downloads its data on first load into HF_HOME, then reads only that copy (as the datasets library does)."""
 import json

@@ -297,7 +297,7 @@ def build_environment(
         return verify_prebuilt(parsed, store=store, lock=lock, options=options, report=report)
     assert base is not None  # build_paths makes the base before the first environment that needs one
     report(name, "plan", "locking requirements, hashing the package")
-    build, folder, index = plan_environment(environment, spec_file, store=store, base=base.pinned, options=options)
+    build, folder, _index = plan_environment(environment, spec_file, store=store, base=base.pinned, options=options)
     result = BuildResult(name, version, str(spec_file), "built", tag=build.image.tag, key=build.key)
     entry = lock.get(name, version)
     if options.check_only:
@@ -311,7 +311,7 @@ def build_environment(
         result.status = "cached"
         _record(lock, build, result)
         return result
-    return _build(build, parsed, folder, index, store=store, lock=lock, base=base, options=options, report=report)
+    return _build(build, parsed, folder, store=store, lock=lock, base=base, options=options, report=report)
 
 
 def plan_environment(
@@ -355,7 +355,6 @@ def _build(
     build: BuildSpec,
     parsed: Parsed,
     folder: Path | None,
-    index: str | None,
     *,
     store: Store,
     lock: Lock,
@@ -368,7 +367,7 @@ def _build(
     assert base.image is not None  # only --check goes without the base image, and it never builds
     with store.scratch(f"build-{name}") as scratch:
         report(name, "layers", "installing requirements" if build.requirements.lines else "package files")
-        layers = _package_layers(build, folder, spec_file, index, store=store, scratch=scratch)
+        layers = _package_layers(build, folder, spec_file, store=store, scratch=scratch)
         config = ImageConfig(env=dict(build.image.env), labels=dict(build.image.labels))
         stage_tag = f"build-{build.key.removeprefix('sha256:')[:16]}"
         stage = write_image(store.images, stage_tag, layers, config=config, base=base.image, epoch=EPOCH)
@@ -422,7 +421,7 @@ def _build(
 
 
 def _package_layers(
-    build: BuildSpec, folder: Path | None, spec_file: Path, index: str | None, *, store: Store, scratch: Path
+    build: BuildSpec, folder: Path | None, spec_file: Path, *, store: Store, scratch: Path
 ) -> list[NewLayer]:
     layers: list[NewLayer] = []
     if build.requirements.lines:
@@ -432,7 +431,7 @@ def _package_layers(
         layer = store.cached_layer(key)
         if layer is None:
             site = scratch / "site-packages"
-            install(build.requirements, site, index=index, scratch=scratch)
+            install(build.requirements, site, scratch=scratch)
             entries = tree_entries(site, prefix=SITE_PACKAGES_PATH, exclude=_no_bytecode)
             layer = add_layer(store.images, entries, epoch=EPOCH)
             store.record_layer(key, layer)
@@ -626,6 +625,7 @@ def _record(lock: Lock, build: BuildSpec, result: BuildResult) -> None:
             manifests=result.manifests,
             builder=build.builder,
             source=build.package.digest if isinstance(build.package, PathSource) else "",
+            indexes=dict(build.requirements.indexes),
         ),
     )
 

@@ -21,6 +21,7 @@ The file is YAML, kept in git beside the specs and reviewed like them:
         manifests: {train/0: sha256:..., test/0: sha256:...}
         builder: 0.1.0
         source: sha256:...       # a path package's source digest (nodus.builder.plan.source_digest)
+        indexes: {reverse-words: https://...}  # packages locked from package.pip.index (the rest: PyPI)
 
 It is read and written in ruamel.yaml's round-trip mode, so people's comments, key order and top-level
 keys this module does not know survive a record and save. A published name@version never changes its
@@ -49,8 +50,8 @@ HEADER = "nodus.lock: the image of each Environment version, written by nodus-bu
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 # name@version: a DNS label, then a semantic version (checked loosely: the specs validated it when built).
 _ENTRY_KEY = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?@[0-9][0-9A-Za-z.+-]*")
-_FIELDS = ("image", "base", "requirements", "key", "splits", "manifests", "builder", "source")
-_OPTIONAL = frozenset({"source"})
+_FIELDS = ("image", "base", "requirements", "key", "splits", "manifests", "builder", "source", "indexes")
+_OPTIONAL = frozenset({"source", "indexes"})
 """Fields added after lockfileVersion 1 was first written: left out when empty, read as empty when absent, so
 older locks stay valid and a lock without them reads the same in an older nodus-build."""
 
@@ -76,6 +77,9 @@ class LockEntry:
     source: str = ""
     """A path package's source digest when it was built (`nodus.builder.plan.source_digest`); empty for pip and
     image packages and in entries written before nodus-build recorded it."""
+    indexes: Mapping[str, str] = field(default_factory=dict)
+    """Package -> the named index it was locked from (a pip package's `package.pip.index`); every locked
+    requirement not here came from the default index. Empty for most entries."""
 
     def __post_init__(self) -> None:
         for name in ("image", "base", "requirements", "key"):
@@ -92,6 +96,9 @@ class LockEntry:
             raise ConfigError(f"lock entry builder {self.builder!r} is not a version")
         if self.source and not (isinstance(self.source, str) and _DIGEST.fullmatch(self.source)):
             raise ConfigError(f"lock entry source {self.source!r} is not a sha256 digest")
+        for package, url in self.indexes.items():
+            if not isinstance(package, str) or not isinstance(url, str) or not url.strip():
+                raise ConfigError(f"lock entry index {package!r}: {url!r} is not an index URL")
 
     def to_map(self) -> CommentedMap:
         data = CommentedMap()
@@ -305,8 +312,9 @@ def _entry(value: Any) -> LockEntry:
         raise ConfigError(f"missing {', '.join(missing)}")
     splits = value.get("splits") or {}
     manifests = value.get("manifests") or {}
-    if not isinstance(splits, Mapping) or not isinstance(manifests, Mapping):
-        raise ConfigError("splits and manifests must be mappings")
+    indexes = value.get("indexes") or {}
+    if not isinstance(splits, Mapping) or not isinstance(manifests, Mapping) or not isinstance(indexes, Mapping):
+        raise ConfigError("splits, manifests and indexes must be mappings")
     return LockEntry(
         image=value["image"],
         base=value["base"],
@@ -316,4 +324,5 @@ def _entry(value: Any) -> LockEntry:
         manifests=dict(manifests),
         builder=str(value.get("builder", "")),
         source=str(value.get("source") or ""),
+        indexes=dict(indexes),
     )

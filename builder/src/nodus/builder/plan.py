@@ -94,11 +94,15 @@ class BaseImage:
 
 @dataclass(frozen=True)
 class LockedRequirements:
-    """The package's third-party requirements, locked with hashes: sorted `name==version --hash=...` lines."""
+    """The package's third-party requirements, locked with hashes: sorted `name==version --hash=...` lines,
+    and where each came from (`indexes`)."""
 
     lines: tuple[str, ...]
     sha256: str
     """`sha256:<hex>` of `text()`, the requirements file the build installs with `--require-hashes`."""
+    indexes: tuple[tuple[str, str], ...] = ()
+    """`(name, index URL)`, sorted, for each package locked from a named index (`package.pip.index`) alone;
+    every other line came from the default index (PyPI, or the one uv's configuration names)."""
 
     def __post_init__(self) -> None:
         for line in self.lines:
@@ -110,26 +114,66 @@ class LockedRequirements:
         # Sorted and unique, so that the same set of requirements always hashes the same.
         if list(self.lines) != sorted(set(self.lines)):
             raise ConfigError("locked requirements must be sorted and unique", hint="use LockedRequirements.of(lines)")
+        if list(self.indexes) != sorted(set(self.indexes)):
+            raise ConfigError("locked requirement indexes must be sorted and unique", hint="use LockedRequirements.of")
+        names = {requirement_name(line) for line in self.lines}
+        for name, url in self.indexes:
+            if name not in names or not url.strip() or any(c.isspace() for c in url):
+                raise ConfigError(f"locked requirement index {name!r} -> {url!r} names no locked package and URL")
         expected = sha256_digest(self.text().encode())
         if self.sha256 != expected:
             raise ConfigError(f"locked requirements hash to {expected}, not {self.sha256}")
 
     @classmethod
-    def of(cls, lines: Sequence[str]) -> LockedRequirements:
-        """Sorts and deduplicates `lines` and computes their hash."""
+    def of(cls, lines: Sequence[str], indexes: Mapping[str, str] | None = None) -> LockedRequirements:
+        """Sorts and deduplicates `lines` and computes their hash; `indexes` maps a package to its index."""
         ordered = tuple(sorted(set(lines)))
-        return cls(ordered, sha256_digest(_requirements_text(ordered).encode()))
+        pinned = tuple(sorted((normalized_name(name), url) for name, url in (indexes or {}).items()))
+        return cls(ordered, sha256_digest(_requirements_text(ordered, pinned).encode()), pinned)
+
+    @classmethod
+    def from_text(cls, text: str) -> LockedRequirements:
+        """The inverse of `text()` (the requirements cache stores it)."""
+        lines, indexes = [], {}
+        for line in text.splitlines():
+            if line.startswith(_INDEX_COMMENT):
+                name, _, url = line.removeprefix(_INDEX_COMMENT).partition(" from ")
+                indexes[name] = url
+            elif line.strip():
+                lines.append(line)
+        return cls.of(lines, indexes)
 
     def text(self) -> str:
-        """The requirements file: one line each, a newline after each (empty when there are none)."""
-        return _requirements_text(self.lines)
+        """The requirements file: one line each, a newline after each (empty when there are none), then a
+        comment per package from a named index (so the hash changes when where a package comes from does)."""
+        return _requirements_text(self.lines, self.indexes)
+
+    def index_of(self, line: str) -> str | None:
+        """The named index `line`'s package is locked from, None for the default index."""
+        return dict(self.indexes).get(requirement_name(line))
 
     def to_dict(self) -> JSONObject:
-        return {"lines": list(self.lines), "sha256": self.sha256}
+        # `indexes` only when there are any: plans of path packages (and their golden files) stay as they were.
+        pinned = {"indexes": dict(self.indexes)} if self.indexes else {}
+        return {"lines": list(self.lines), "sha256": self.sha256, **pinned}
 
 
-def _requirements_text(lines: Sequence[str]) -> str:
-    return "".join(f"{line}\n" for line in lines)
+_INDEX_COMMENT = "# index: "
+
+
+def normalized_name(name: str) -> str:
+    """A distribution name as PEP 503 compares them: lower case, runs of `-_.` as one `-`."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_name(line: str) -> str:
+    """The normalised package name of a locked `name==version ...` line."""
+    return normalized_name(line.partition("==")[0])
+
+
+def _requirements_text(lines: Sequence[str], indexes: Sequence[tuple[str, str]] = ()) -> str:
+    pinned = "".join(f"{_INDEX_COMMENT}{name} from {url}\n" for name, url in indexes)
+    return "".join(f"{line}\n" for line in lines) + pinned
 
 
 @dataclass(frozen=True)
@@ -299,6 +343,10 @@ def plan(
         "HF_DATASETS_CACHE": DATASETS_CACHE_PATH,
         "PYTHONPATH": SITE_PACKAGES_PATH,
     }
+    if package.pip is not None:
+        # The loader finds a pip package's module from this distribution's metadata, not from whatever is
+        # importable (its dependencies are importable too): nodus.env.loader.
+        env["NODUS_ENVIRONMENT_DISTRIBUTION"] = package.pip.name
     for variable, value in sorted((extra_env or {}).items()):
         if not _ENV_NAME.fullmatch(variable) or variable in env:
             raise ConfigError(

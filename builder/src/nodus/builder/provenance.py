@@ -123,7 +123,7 @@ def resolved_dependencies(build: BuildSpec) -> list[JSONObject]:
         {"name": "requirements.txt", "digest": _digest_set(build.requirements.sha256, "requirements hash")},
     ]
     for line in build.requirements.lines:
-        dependencies.extend(_requirement_dependencies(line))
+        dependencies.extend(_requirement_dependencies(line, build.requirements.index_of(line)))
     return dependencies
 
 
@@ -143,16 +143,19 @@ def _package_dependency(build: BuildSpec) -> JSONObject:
     raise AssertionError(f"unknown package source {package!r}")  # the PackageSource union is closed
 
 
-def _requirement_dependencies(line: str) -> list[JSONObject]:
+def _requirement_dependencies(line: str, index: str | None = None) -> list[JSONObject]:
     """One descriptor per hash of a `name==version --hash=sha256:...` line.
 
     `--require-hashes` accepts any of a requirement's hashes (one per wheel or sdist) and installs one of
     them, while a SLSA digest set holds a single sha256; listing each accepted file under the same purl
-    lets a verifier match whichever file was installed.
+    lets a verifier match whichever file was installed. A package locked from a named index says so in the
+    purl's `repository_url`, as the package descriptor does.
     """
     requirement, *options = line.split(" ")
     name, _, version = requirement.partition("==")
     uri = _pypi_purl(name, version)
+    if index is not None:
+        uri += f"?repository_url={quote(index, safe='')}"
     return [{"uri": uri, "digest": {"sha256": option.removeprefix(_HASH_OPTION)}} for option in options]
 
 

@@ -4,7 +4,11 @@ Who calls it: the build step (`nodus.builder.build`), before planning (`lock` gi
 that go into the BuildSpec) and when it makes the requirements layer (`install`).
 
 - What a package asks for: a path package's `pyproject.toml` `[project] dependencies` (or, without one, its
-  `requirements.txt`); a pip package is itself the requirement, `name==version`, from its index.
+  `requirements.txt`); a pip package is itself the requirement, `name==version`.
+- Where from: the default index (PyPI, or the one uv's configuration names), except a pip package with
+  `package.pip.index`: the package itself comes from that index alone (an explicit index pinned to it) and
+  its dependencies from the default index alone, so a name the private index also has never shadows PyPI's
+  (dependency confusion). The lock records which packages came from the named index.
 - Locking: `uv pip compile --generate-hashes` for the image's platform (CPython 3.11 on x86_64 glibc 2.36,
   Debian bookworm), so the lock does not depend on the machine that builds. A resolution is cached by the
   hash of what was asked, so a rebuild neither re-resolves nor sees a newer release.
@@ -16,22 +20,25 @@ that go into the BuildSpec) and when it makes the requirements layer (`install`)
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
+import tempfile
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
 from nodus.builder import host_programs
 from nodus.builder.oci import canonical_json, sha256_digest
-from nodus.builder.plan import LockedRequirements
+from nodus.builder.plan import LockedRequirements, normalized_name
 from nodus.builder.store import Store
 from nodus.errors import BuildError, ConfigError, PrerequisiteError
 
 PYTHON_VERSION = "3.11"
 PYTHON_PLATFORM = "x86_64-manylinux_2_36"
 _REQUIREMENT_START = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==")
+_REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def uv_binary() -> str:
@@ -67,18 +74,37 @@ def package_requirements(folder: Path) -> list[str]:
 
 
 def lock(asked: Sequence[str], *, index: str | None, store: Store) -> LockedRequirements:
-    """Locks `asked` with hashes for the image platform; cached by what was asked (and from which index)."""
+    """Locks `asked` with hashes for the image platform; cached by what was asked (and from which index).
+
+    With `index` (a pip package's `package.pip.index`), each package `asked` names comes from that index
+    alone, never from PyPI, and every dependency from the default index alone (see `_explicit_project`).
+    """
     if not asked:
         return LockedRequirements.of([])
-    question = {"asked": sorted(asked), "index": index, "python": PYTHON_VERSION, "platform": PYTHON_PLATFORM}
+    question: dict[str, object] = {
+        "asked": sorted(asked),
+        "index": index,
+        "python": PYTHON_VERSION,
+        "platform": PYTHON_PLATFORM,
+    }
+    if index is not None:
+        # Earlier nodus-builds put the index first for every package; their cached answers must not be reused.
+        question["pinned"] = "explicit"
     cached = store.cache / "requirements" / f"{sha256_digest(canonical_json(question)).removeprefix('sha256:')}.txt"
     if cached.is_file():
-        return LockedRequirements.of(cached.read_text(encoding="utf-8").splitlines())
-    command = [
+        return LockedRequirements.from_text(cached.read_text(encoding="utf-8"))
+    locked = _compile(asked) if index is None else _compile_from_index(asked, index)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_text(locked.text(), encoding="utf-8")
+    return locked
+
+
+def _compile_command(source: str) -> list[str]:
+    return [
         uv_binary(),
         "pip",
         "compile",
-        "-",
+        source,
         "--generate-hashes",
         "--no-header",
         "--no-annotate",
@@ -87,23 +113,106 @@ def lock(asked: Sequence[str], *, index: str | None, store: Store) -> LockedRequ
         PYTHON_VERSION,
         "--python-platform",
         PYTHON_PLATFORM,
-        *index_options(index),
     ]
+
+
+def _compile(asked: Sequence[str]) -> LockedRequirements:
     result = subprocess.run(
-        command, input="\n".join(asked) + "\n", capture_output=True, text=True, check=False, env=_uv_environ()
+        _compile_command("-"),
+        input="\n".join(asked) + "\n",
+        capture_output=True,
+        text=True,
+        check=False,
+        env=_uv_environ(),
     )
     if result.returncode != 0:
-        raise BuildError(f"locking {', '.join(asked)} failed: {_last_lines(result.stderr)}", hint="check the names")
-    locked = LockedRequirements.of(parse_compiled(result.stdout))
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    cached.write_text(locked.text(), encoding="utf-8")
-    return locked
+        raise BuildError(f"locking {', '.join(asked)} failed: {uv_cause(result.stderr)}", hint="check the names")
+    return LockedRequirements.of(parse_compiled(result.stdout))
 
 
-def index_options(index: str | None) -> list[str]:
-    # `--index` puts the package's own index first and keeps PyPI for its dependencies; uv's first-index
-    # strategy then never takes a name the private index has from PyPI (no dependency confusion).
-    return ["--index", index] if index else []
+def _compile_from_index(asked: Sequence[str], index: str) -> LockedRequirements:
+    with tempfile.TemporaryDirectory(prefix="nodus-lock-") as folder:
+        project = Path(folder) / "pyproject.toml"
+        project.write_text(_explicit_project(asked, index), encoding="utf-8")
+        command = [*_compile_command(str(project)), "--emit-index-annotation"]
+        result = subprocess.run(command, capture_output=True, text=True, check=False, cwd=folder, env=_uv_environ())
+    wanted = ", ".join(asked)
+    if result.returncode != 0:
+        cause = uv_cause(result.stderr)
+        names = [normalized_name(_REQUIREMENT_NAME.match(item).group(0)) for item in asked]  # type: ignore[union-attr]
+        if any(_not_found(cause, name) for name in names):
+            raise BuildError(
+                f"{wanted} is not on index {index}: {cause}",
+                hint="check package.pip.name and version against the index (the package never comes from PyPI)",
+            )
+        raise BuildError(
+            f"locking {wanted} from index {index} (its dependencies from the default index) failed: {cause}",
+            hint="a dependency only the private index has cannot be used: dependencies come from PyPI alone",
+        )
+    origins = parse_origins(result.stdout)
+    lines = parse_compiled(result.stdout)
+    indexes: dict[str, str] = {}
+    for item in asked:
+        name = _asked_name(item)
+        # uv pins the package to the explicit index; checked, so a changed uv cannot silently take PyPI's.
+        if origins.get(name, "").rstrip("/") != index.rstrip("/"):
+            raise BuildError(f"uv locked {name} from {origins.get(name) or 'an unknown index'}, not from index {index}")
+        indexes[name] = index
+    return LockedRequirements.of(lines, indexes)
+
+
+def _explicit_project(asked: Sequence[str], index: str) -> str:
+    """A throwaway project that asks for `asked`, each pinned to `index` marked explicit.
+
+    Why explicit, and not `--index` (the index first, PyPI after it): with the index first, any dependency
+    the private index also has would be taken from it instead of PyPI, so whoever controls that index (or a
+    name squatted on it) decides what e.g. `numpy` is: dependency confusion. An explicit index serves only
+    the packages pinned to it, so the environment's package never comes from PyPI (a missing one fails) and
+    its dependencies only ever come from the default index.
+    """
+    names = sorted({normalized_name(_REQUIREMENT_NAME.match(item).group(0)) for item in asked})  # type: ignore[union-attr]
+    return "\n".join(
+        [
+            "[project]",
+            'name = "nodus-build-lock-request"',
+            'version = "0"',
+            f"dependencies = {json.dumps(sorted(asked))}",
+            "",
+            "[tool.uv.sources]",
+            *(f'{json.dumps(name)} = {{ index = "environment-package" }}' for name in names),
+            "",
+            "[[tool.uv.index]]",
+            'name = "environment-package"',
+            f"url = {json.dumps(index)}",
+            "explicit = true",
+            "",
+        ]
+    )
+
+
+def _asked_name(requirement: str) -> str:
+    """The normalised name of an asked requirement (`reverse-words==1.0.0` -> `reverse-words`)."""
+    found = _REQUIREMENT_NAME.match(requirement.strip())
+    if found is None:
+        raise ConfigError(f"requirement {requirement!r} does not start with a package name")
+    return normalized_name(found.group(0))
+
+
+def _not_found(cause: str, name: str) -> bool:
+    return f"no version of {name}" in cause or f"{name} was not found" in cause
+
+
+def parse_origins(text: str) -> dict[str, str]:
+    """`name -> index URL` from the `# from URL` lines `uv pip compile --emit-index-annotation` writes."""
+    origins: dict[str, str] = {}
+    current: str | None = None
+    for raw in text.replace("\\\n", " ").splitlines():
+        line = raw.strip()
+        if _REQUIREMENT_START.match(line):
+            current = normalized_name(line.partition("==")[0])
+        elif line.startswith("# from ") and current is not None:
+            origins[current] = line.removeprefix("# from ").strip()
+    return origins
 
 
 def parse_compiled(text: str) -> list[str]:
@@ -122,32 +231,39 @@ def parse_compiled(text: str) -> list[str]:
     return lines
 
 
-def install(requirements: LockedRequirements, target: Path, *, index: str | None, scratch: Path) -> None:
-    """Installs the locked requirements into `target` (verified by hash, no dependencies beyond the lock)."""
-    if not requirements.lines:
-        return
-    file = scratch / "requirements.lock.txt"
-    file.write_text("".join(line.replace(" --hash", " \\\n    --hash") + "\n" for line in requirements.lines))
-    command = [
-        uv_binary(),
-        "pip",
-        "install",
-        "--target",
-        str(target),
-        "--require-hashes",
-        "--no-deps",
-        "--quiet",
-        "--python-version",
-        PYTHON_VERSION,
-        "--python-platform",
-        PYTHON_PLATFORM,
-        *index_options(index),
-        "-r",
-        str(file),
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, check=False, env=_uv_environ())
-    if result.returncode != 0:
-        raise BuildError(f"installing the locked requirements failed: {_last_lines(result.stderr)}")
+def install(requirements: LockedRequirements, target: Path, *, scratch: Path) -> None:
+    """Installs the locked requirements into `target` (verified by hash, no dependencies beyond the lock).
+
+    Each package is fetched from where the lock says it came from: those locked from a named index from
+    that index alone (`--default-index`, no PyPI), the others from the default index.
+    """
+    groups: dict[str | None, list[str]] = {}
+    for line in requirements.lines:
+        groups.setdefault(requirements.index_of(line), []).append(line)
+    for number, (index, lines) in enumerate(sorted(groups.items(), key=lambda item: item[0] or "")):
+        file = scratch / f"requirements.lock.{number}.txt"
+        file.write_text("".join(line.replace(" --hash", " \\\n    --hash") + "\n" for line in lines))
+        command = [
+            uv_binary(),
+            "pip",
+            "install",
+            "--target",
+            str(target),
+            "--require-hashes",
+            "--no-deps",
+            "--quiet",
+            "--python-version",
+            PYTHON_VERSION,
+            "--python-platform",
+            PYTHON_PLATFORM,
+            *(["--default-index", index] if index is not None else []),
+            "-r",
+            str(file),
+        ]
+        result = subprocess.run(command, capture_output=True, text=True, check=False, env=_uv_environ())
+        if result.returncode != 0:
+            where = f" from index {index}" if index is not None else ""
+            raise BuildError(f"installing the locked requirements{where} failed: {uv_cause(result.stderr)}")
 
 
 def _uv_environ() -> dict[str, str]:
@@ -162,5 +278,12 @@ def _uv_environ() -> dict[str, str]:
     return environ
 
 
-def _last_lines(text: str, count: int = 3) -> str:
-    return " | ".join(text.strip().splitlines()[-count:]) or "no output"
+def uv_cause(stderr: str) -> str:
+    """uv's error as one line, the real cause first: its first `cause:` (and the innermost, when they differ)."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    causes = [line.removeprefix("cause:").strip() for line in lines if line.startswith("cause:")]
+    # Older uv draws the chain with box characters (`╰─▶ Because ...`) instead of `cause:`.
+    causes += [line.lstrip("╰─▶ ").strip() for line in lines if line.startswith("╰─▶")]
+    if causes:
+        return causes[0] if len(causes) == 1 else f"{causes[0]} ({causes[-1]})"
+    return " | ".join(lines[-3:]) or "no output"
