@@ -90,7 +90,7 @@ def test_a_name_the_catalog_lacks_is_left_to_admission_and_a_broken_catalog_file
     assert with_managed_environments(desired) == desired
     (catalog / "broken").mkdir()
     (catalog / "broken" / "environment.yaml").write_text(ENVIRONMENT.replace("version: 1.0.0", "version: one"))
-    with pytest.raises(SpecError, match="broken/environment.yaml"):
+    with pytest.raises(SpecError, match=r"broken/environment\.yaml"):
         with_managed_environments(desired)
 
 
@@ -98,7 +98,7 @@ def test_find_names_what_the_catalog_has(catalog: Path) -> None:
     assert find("nodus/colours@1.0.0").file == catalog / "colours" / "environment.yaml"
     with pytest.raises(LookupError, match=r"no catalog Environment gsm8k \(the catalog has: colours\)"):
         find("nodus/gsm8k@1.0.0")
-    with pytest.raises(LookupError, match="at version 1.0.0, not 2.0.0"):
+    with pytest.raises(LookupError, match=r"at version 1\.0\.0, not 2\.0\.0"):
         find("nodus/colours@2.0.0")
 
 

@@ -133,7 +133,7 @@ def _print(
     records: list[ResourceRecord],
     output: str,
     heartbeats: dict[ResourceKey, Heartbeat],
-    table: list[columns.Column] | None = None,
+    view: list[columns.Column] | None = None,
 ) -> None:
     if output.startswith("jsonpath="):
         template = output.removeprefix("jsonpath=")
@@ -155,7 +155,7 @@ def _print(
     if not records:
         line(f"No {kind} resources found.")
         return
-    titles, values = columns.rows(kind, records, wide=output == "wide", base=table)
+    titles, values = columns.rows(kind, records, wide=output == "wide", base=view)
     if output == "wide" and REGISTRY.for_kind(kind).heartbeats:
         now = time.time()
         titles.append("HEARTBEAT")
@@ -206,7 +206,7 @@ def get(
 
 
 def _is_catalog(kind: str, namespace: str | None) -> bool:
-    """`nodus get environments -n nodus`: the catalog's Environments, listed whole (`nodus.reconciler.views.catalog`)."""
+    """`nodus get environments -n nodus`: the catalog's Environments, listed whole (`views.catalog`)."""
     from nodus.reconciler.planning.managed_environments import MANAGED_PROJECT
 
     return kind == "Environment" and namespace == MANAGED_PROJECT
@@ -238,12 +238,12 @@ def _listed(
 def _show(project: Project, kind: str, records: list[ResourceRecord], output: str, namespace: str | None) -> None:
     """The records as asked, then, on stderr for a table, a line when a job's status is behind its heartbeat."""
     heartbeats = _heartbeats(project, records)
-    table = None
+    view = None
     if _is_catalog(kind, namespace):
         from nodus.reconciler.views.catalog import COLUMNS as CATALOG_COLUMNS
 
-        table = CATALOG_COLUMNS
-    _print(kind, records, output, heartbeats, table)
+        view = CATALOG_COLUMNS
+    _print(kind, records, output, heartbeats, view)
     if output not in ("table", "wide"):
         return
     now = time.time()
@@ -324,7 +324,9 @@ def _describe_catalog(project: Project, store: StateStore, name: str, record: Re
     if entry is None:
         known = ", ".join(sorted(k.name for k in catalog)) or "none"
         raise ConfigError(f"Environment/{name} is not in the catalog (project nodus has: {known})")
-    shown = record or catalog_records({key: entry}, [], lock=Lock.load(project.lock_path), images=project.files.images)[0]
+    shown = (
+        record or catalog_records({key: entry}, [], lock=Lock.load(project.lock_path), images=project.files.images)[0]
+    )
     line(f"Name:        {name}")
     line(f"Project:     {MANAGED_PROJECT}")
     line("Kind:        Environment")

@@ -74,12 +74,14 @@ class Inputs:
     files: list[Desired]
     """The resources of the files named."""
     desired: list[Desired]
-    """The files' resources, then the rest of the project's, then the managed runtimes and catalog Environments they name."""
+    """The files' resources, then the rest of the project's, then the managed runtimes and catalog Environments
+    they name."""
     records: list[ResourceRecord]
 
 
 def read_inputs(paths: Sequence[Path], project: Project, records: list[ResourceRecord], warn: Warn) -> Inputs:
-    """The files' resources (errors raised whole), the project's others (problems only warned) and what nodus manages."""
+    """The files' resources (errors raised whole), the project's others (problems only warned) and what nodus
+    manages."""
     result = parse_resources(list(paths))
     result.raise_for_errors()
     files = desired_from(result.resources)

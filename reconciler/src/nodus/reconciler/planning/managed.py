@@ -109,9 +109,10 @@ def with_managed_runtimes(desired: list[Desired], folders: Iterable[Path] | None
 
 
 def read_desired(paths: Iterable[Path], *, shown: str | None = None, hint: str) -> list[Desired]:
-    """Every resource under `paths`, with the managed runtimes and catalog Environments it names: what `nodus plan`, `nodus
-    apply` and `nodus controller` plan from. A spec error is raised whole (one line per problem); no resource at
-    all is an error too, as an empty folder is far more likely a wrong path than a wish to destroy everything.
+    """Every resource under `paths`, with the managed runtimes and catalog Environments it names: what `nodus
+    plan`, `nodus apply` and `nodus controller` plan from. A spec error is raised whole (one line per problem);
+    no resource at all is an error too, as an empty folder is far more likely a wrong path than a wish to
+    destroy everything.
     `shown`: how messages name the paths; `hint`: what to check when nothing was found."""
     paths = list(paths)
     result = parse_resources(paths)

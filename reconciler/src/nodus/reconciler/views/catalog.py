@@ -48,7 +48,12 @@ def unstored_status(document: JSONObject, *, lock: Lock, images: Path) -> JSONOb
     if entry is None or not tags_of(images, entry.image):
         message = f"not built yet: the first apply of a job naming nodus/{name}@{version} builds it"
         return {"phase": Phase.PENDING, "reason": Reason.IMAGE_NOT_BUILT, "message": message}
-    return {"phase": Phase.READY, "image": entry.image, "splits": dict(entry.splits), "manifests": dict(entry.manifests)}
+    return {
+        "phase": Phase.READY,
+        "image": entry.image,
+        "splits": dict(entry.splits),
+        "manifests": dict(entry.manifests),
+    }
 
 
 def catalog_records(
@@ -76,7 +81,7 @@ def describe_lines(entry: CatalogEnvironment, record: ResourceRecord, store: Sto
     """The catalog part of `describe`: summary, licence, splits, a sample task, the graders, the examples."""
     spec = entry.desired.document["spec"]
     status = record.status or {}
-    lines = [
+    return [
         f"Version:     {spec['version']}",
         f"Category:    {spec.get('category', '-')}",
         f"Modes:       {', '.join(spec.get('modes') or []) or '-'}",
@@ -93,7 +98,6 @@ def describe_lines(entry: CatalogEnvironment, record: ResourceRecord, store: Sto
         "Examples:",
         *_examples(entry),
     ]
-    return lines
 
 
 def _wrapped(text: str, width: int = 100) -> list[str]:
@@ -106,7 +110,9 @@ def _splits(status: Mapping[str, Any]) -> list[str]:
     splits = status.get("splits") or {}
     if not splits:
         return ["  not built yet: the image's build freezes the splits and counts them"]
-    return [f"  {split:<6} {count} tasks" for split, count in sorted(splits.items(), key=lambda item: item[0] != "train")]
+    return [
+        f"  {split:<6} {count} tasks" for split, count in sorted(splits.items(), key=lambda item: item[0] != "train")
+    ]
 
 
 def _sample(status: Mapping[str, Any], store: Store) -> list[str]:
@@ -151,7 +157,7 @@ def _examples(entry: CatalogEnvironment) -> list[str]:
             continue
         lines.append(f"  {path.stem}: {example.get('title', '-')}")
         lines += [f"    {row}" for row in measured_lines(example.get("measured"))]
-    lines.append(f"  (nodus.recipes.TrainingJob.from_example(\"nodus/{entry.desired.key.name}@...\", \"EXAMPLE\"))")
+    lines.append(f'  (nodus.recipes.TrainingJob.from_example("nodus/{entry.desired.key.name}@...", "EXAMPLE"))')
     return lines
 
 
