@@ -42,7 +42,6 @@ def test_a_job_naming_a_catalog_environment_builds_it_and_runs(
     (root / "job.yaml").write_text(JOB)
     monkeypatch.chdir(root)
     monkeypatch.delenv("NODUS_CATALOG_DIR", raising=False)
-    monkeypatch.setenv("NODUS_BUILD_BASE", base_reference)
 
     code, output = nodus("plan", ".")
     assert (
