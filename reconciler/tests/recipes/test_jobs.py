@@ -24,7 +24,11 @@ def validates(document: dict[str, object]) -> None:
     assert result.ok, [str(problem) for problem in result.errors]
 
 
-def test_grpo_lora_compiles_a_trainingjob_that_validates(project: Path, grpo_runtime: Path) -> None:
+def test_grpo_lora_compiles_a_trainingjob_that_validates(
+    project: Path, grpo_runtime: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "no-catalog").mkdir()
+    monkeypatch.setenv("NODUS_CATALOG_DIR", str(tmp_path / "no-catalog"))  # an empty catalog: nothing named exists
     job = rl.grpo_lora(
         model="nodus/tiny-qwen3",
         environment="nodus/arithmetic@2.0.0",

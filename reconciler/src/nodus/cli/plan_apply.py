@@ -268,7 +268,7 @@ def one_line(text: str) -> str:
 
 def _dry_run(paths: list[Path], output: str, prices_file: Path | None, state: str | None) -> None:
     """Print the compiled Job of every TrainingJob under `paths`, priced; nothing is written, no lease taken."""
-    from nodus.reconciler.dry_run import as_json_output, blocking_lines, dry_run, read_inputs
+    from nodus.reconciler.dry_run import as_json_output, blocking_lines, dry_run, note_lines, read_inputs
     from nodus.reconciler.pricing.prices import load_prices
 
     project = Project.find(paths[0], state=state)
@@ -283,6 +283,8 @@ def _dry_run(paths: list[Path], output: str, prices_file: Path | None, state: st
 
         sys.stdout.write(yaml.safe_dump_all(documents, sort_keys=False, allow_unicode=True, width=120))
     sys.stdout.flush()
+    for text in note_lines(documents):
+        err_line(one_line(text), dim=True)
     blocked = blocking_lines(documents)
     for text in blocked:
         err_line(one_line(text))

@@ -128,7 +128,13 @@ def _missing(store: StateStore, kind: str, namespace: str | None, stored: set[Re
     return sorted(found, key=lambda record: (record.key.project, record.key.name))
 
 
-def _print(kind: str, records: list[ResourceRecord], output: str, heartbeats: dict[ResourceKey, Heartbeat]) -> None:
+def _print(
+    kind: str,
+    records: list[ResourceRecord],
+    output: str,
+    heartbeats: dict[ResourceKey, Heartbeat],
+    view: list[columns.Column] | None = None,
+) -> None:
     if output.startswith("jsonpath="):
         template = output.removeprefix("jsonpath=")
         for record in records:
@@ -149,7 +155,7 @@ def _print(kind: str, records: list[ResourceRecord], output: str, heartbeats: di
     if not records:
         line(f"No {kind} resources found.")
         return
-    titles, values = columns.rows(kind, records, wide=output == "wide")
+    titles, values = columns.rows(kind, records, wide=output == "wide", base=view)
     if output == "wide" and REGISTRY.for_kind(kind).heartbeats:
         now = time.time()
         titles.append("HEARTBEAT")
@@ -184,25 +190,60 @@ def get(
     kind, name = split_target(kind, name)
     project, store = _open(path, state)
     try:
-        records = _records(store, kind, name, namespace)
+        records = _listed(project, store, kind, name, namespace)
         shown = _render_key(records)
-        _show(project, kind, records, output)
+        _show(project, kind, records, output, namespace)
         while watch:  # what the loop writes (apply, wait, nodus controller, nodus refresh) as it lands
             time.sleep(2)
-            records = _records(store, kind, name, namespace)
+            records = _listed(project, store, kind, name, namespace)
             if _render_key(records) != shown:
                 shown = _render_key(records)
-                _show(project, kind, records, output)
+                _show(project, kind, records, output, namespace)
     except KeyboardInterrupt:
         pass
     finally:
         store.close()
 
 
-def _show(project: Project, kind: str, records: list[ResourceRecord], output: str) -> None:
+def _is_catalog(kind: str, namespace: str | None) -> bool:
+    """`nodus get environments -n nodus`: the catalog's Environments, listed whole (`views.catalog`)."""
+    from nodus.reconciler.planning.managed_environments import MANAGED_PROJECT
+
+    return kind == "Environment" and namespace == MANAGED_PROJECT
+
+
+def _listed(
+    project: Project, store: StateStore, kind: str, name: str | None, namespace: str | None
+) -> list[ResourceRecord]:
+    """The rows of `get`: the store's, or for the catalog every catalog entry (the store's record when it has one)."""
+    if not _is_catalog(kind, namespace):
+        return _records(store, kind, name, namespace)
+    from nodus.builder.lockfile import Lock
+    from nodus.reconciler.planning.managed_environments import read_catalog
+    from nodus.reconciler.views.catalog import catalog_records
+
+    catalog, problems = read_catalog()
+    for problem in problems:
+        err_line(f"warning: {problem}")
+    stored = store.list(kind, namespace)
+    records = catalog_records(catalog, stored, lock=Lock.load(project.lock_path), images=project.files.images)
+    if name is not None:
+        records = [record for record in records if record.key.name == name]
+        if not records:
+            known = ", ".join(sorted(key.name for key in catalog)) or "none"
+            raise ConfigError(f"Environment/{name} not found in project nodus (the catalog has: {known})")
+    return records
+
+
+def _show(project: Project, kind: str, records: list[ResourceRecord], output: str, namespace: str | None) -> None:
     """The records as asked, then, on stderr for a table, a line when a job's status is behind its heartbeat."""
     heartbeats = _heartbeats(project, records)
-    _print(kind, records, output, heartbeats)
+    view = None
+    if _is_catalog(kind, namespace):
+        from nodus.reconciler.views.catalog import COLUMNS as CATALOG_COLUMNS
+
+        view = CATALOG_COLUMNS
+    _print(kind, records, output, heartbeats, view)
     if output not in ("table", "wide"):
         return
     now = time.time()
@@ -229,6 +270,9 @@ def describe(target: str, name: str | None, namespace: str | None, state: str | 
     project, store = _open(path, state)
     try:
         record = store.get(ResourceKey(kind, namespace or DEFAULT_PROJECT, name))
+        if _is_catalog(kind, namespace):
+            _describe_catalog(project, store, name, record)
+            return
         if record is None:
             raise ConfigError(f"{kind}/{name} not found", hint=f"nodus get {kind.lower()} lists them")
         import yaml
@@ -265,6 +309,37 @@ def describe(target: str, name: str | None, namespace: str | None, state: str | 
             line(f"  {stamp}  {event.type:<7}  {event.reason:<22}  {event.message}{times}")
     finally:
         store.close()
+
+
+def _describe_catalog(project: Project, store: StateStore, name: str, record: ResourceRecord | None) -> None:
+    """`describe environment/NAME -n nodus`: the catalog entry (summary, licence, splits, a sample task, graders,
+    examples), then the store's status and events when a job of this project has named it."""
+    from nodus.builder.lockfile import Lock
+    from nodus.reconciler.planning.managed_environments import MANAGED_PROJECT, read_catalog
+    from nodus.reconciler.views.catalog import catalog_records, describe_lines
+
+    catalog, _ = read_catalog()
+    key = ResourceKey("Environment", MANAGED_PROJECT, name)
+    entry = catalog.get(key)
+    if entry is None:
+        known = ", ".join(sorted(k.name for k in catalog)) or "none"
+        raise ConfigError(f"Environment/{name} is not in the catalog (project nodus has: {known})")
+    shown = (
+        record or catalog_records({key: entry}, [], lock=Lock.load(project.lock_path), images=project.files.images)[0]
+    )
+    line(f"Name:        {name}")
+    line(f"Project:     {MANAGED_PROJECT}")
+    line("Kind:        Environment")
+    for text in describe_lines(entry, shown, project.files):
+        line(text)
+    phase = (shown.status or {}).get("phase", "-")
+    reason = (shown.status or {}).get("message") or (shown.status or {}).get("reason")
+    line(f"Phase:       {phase}" + (f" ({reason})" if reason and phase != Phase.READY else ""))
+    events = store.events(key) if record is not None else []
+    line("Events:" if events else "Events:      <none>")
+    for event in events:
+        stamp = time.strftime("%H:%M:%S", time.localtime(event.at))
+        line(f"  {stamp}  {event.type:<7}  {event.reason:<22}  {event.message}")
 
 
 def _condition(condition: dict[str, object]) -> str:

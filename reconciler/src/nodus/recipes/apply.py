@@ -23,7 +23,7 @@ from nodus.errors import BuildError
 from nodus.reconciler.apply import ApplyOptions, ApplyReport, apply_plan, operations_of, refusals
 from nodus.reconciler.planning.desired import Desired, desired_from
 from nodus.reconciler.planning.diff import Plan, plan
-from nodus.reconciler.planning.managed import with_managed_runtimes
+from nodus.reconciler.planning.managed import with_managed
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import StateStore
 from nodus.specs.parse import parse_resources, parse_text
@@ -68,9 +68,9 @@ def desired_of(text: str, file: Path) -> list[Desired]:
 
 
 def with_runtimes(desired: list[Desired]) -> list[Desired]:
-    """`desired` plus the managed runtimes (`nodus/grpo-lora`, ...) its TrainingJobs name, as `nodus apply`
-    adds them."""
-    return with_managed_runtimes(desired)
+    """`desired` plus the managed runtimes (`nodus/grpo-lora`, ...) and catalog Environments
+    (`nodus/gsm8k@1.0.0`, ...) its resources name, as `nodus apply` adds them."""
+    return with_managed(desired)
 
 
 def desired_from_file(file: Path) -> list[Desired]:

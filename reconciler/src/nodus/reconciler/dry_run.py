@@ -8,7 +8,8 @@ pricing, apply and the controllers (it asks all three), not inside `pricing`, wh
 What it reads, as `nodus apply PATH` would: the resources of the files named (`-f` may repeat, and take folders),
 then the rest of the project folder (the runtimes and Environments the jobs name; a file of the project that does
 not parse is left out, with a warning, rather than failing the dry run of another file), then the managed
-runtimes (`runtime: nodus/grpo-lora`), then the state store.
+runtimes (`runtime: nodus/grpo-lora`) and catalog Environments (`nodus/graph-coloring@1.0.0`), then the state
+store.
 
 Each TrainingJob of the files gives one `kind: Job` document: `spec` (owner, command, image, launcher, env,
 resources and the cap: the workload in the Job kind's fields, so `nodus validate` reads it back), and `status`:
@@ -17,7 +18,8 @@ by image and manifest digests, the model by URI or Volume revision, params.json'
 `platformEnv`, the names of the variables nodus sets at run time, the action apply would take, `estimate`
 (`nodus.reconciler.pricing.estimate`) and
 `blockingReasons` (admission refusals, a cap that was lowered, an Environment not built or not Ready, a model not
-in the local cache, a cap below the first hold), each `{reason, message}`.
+in the local cache, a cap below the first hold), each `{reason, message}`; and `notes`, what apply will do that
+does not block it (a catalog Environment not built yet, which apply builds from the catalog).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from nodus.reconciler.executors.workload import ModelArtifact, VolumeRevision
 from nodus.reconciler.model_cache import imported, not_cached, snapshot
 from nodus.reconciler.planning.desired import Desired, desired_from, document_of, key_of
 from nodus.reconciler.planning.diff import Action, plan
-from nodus.reconciler.planning.managed import with_managed_runtimes
+from nodus.reconciler.planning.managed import with_managed
+from nodus.reconciler.planning.managed_environments import is_managed_source
 from nodus.reconciler.pricing.estimate import Estimate
 from nodus.reconciler.pricing.facts import Context, estimate_job
 from nodus.reconciler.pricing.prices import PriceTable, launch_price
@@ -71,12 +74,14 @@ class Inputs:
     files: list[Desired]
     """The resources of the files named."""
     desired: list[Desired]
-    """The files' resources, then the rest of the project's, then the managed runtimes they name."""
+    """The files' resources, then the rest of the project's, then the managed runtimes and catalog Environments
+    they name."""
     records: list[ResourceRecord]
 
 
 def read_inputs(paths: Sequence[Path], project: Project, records: list[ResourceRecord], warn: Warn) -> Inputs:
-    """The files' resources (errors raised whole), the project's others (problems only warned) and managed runtimes."""
+    """The files' resources (errors raised whole), the project's others (problems only warned) and what nodus
+    manages."""
     result = parse_resources(list(paths))
     result.raise_for_errors()
     files = desired_from(result.resources)
@@ -100,7 +105,7 @@ def read_inputs(paths: Sequence[Path], project: Project, records: list[ResourceR
         known.add(key)
         source = f"{parsed.source.file}:{parsed.source.line}"
         others.append(Desired(key, document, spec_hash(document), source, parsed.resource))
-    return Inputs(files, with_managed_runtimes([*files, *others]), records)
+    return Inputs(files, with_managed([*files, *others]), records)
 
 
 def dry_run(inputs: Inputs, *, project: Project, prices: PriceTable, now: datetime) -> list[JSONObject]:
@@ -152,8 +157,15 @@ def _job_document(
         job, context, documents, key=item.key, parameters=verdict.parameters if verdict.admitted else None
     )
     # What else blocks it is found whether or not it is admitted: a typo does not hide an unbuilt Environment.
+    notes: list[str] = []
     if verdict.reason not in ("EnvironmentNotFound", "EnvironmentVersionNotFound"):
-        blocking += _environment_blocking(job, documents, context)
+        unbuilt = _environment_blocking(job, documents, context)
+        managed = _managed_environment_source(job, sources)
+        if unbuilt and managed is not None:
+            # A catalog Environment is built by apply itself (no --build): not built yet is not a blocker.
+            notes.append(f"{unbuilt[0]['message'].split(': `', 1)[0]}: nodus apply builds it from {managed}")
+        else:
+            blocking += unbuilt
     blocking += _model_blocking(_model_of(job, runtime), job, context)
     blocking += _cap_blocking(estimate)
     compiled, details = (
@@ -177,8 +189,16 @@ def _job_document(
             **details,
             "estimate": estimate.to_dict(),
             "blockingReasons": blocking,
+            **({"notes": notes} if notes else {}),
         },
     }
+
+
+def _managed_environment_source(job: JSONObject, sources: Mapping[ResourceKey, str]) -> str | None:
+    """The `managed:catalog/...` source of the catalog Environment the job names, or None (the user's own)."""
+    reference = environment_ref(job)
+    source = sources.get(reference[0]) if reference is not None else None
+    return source if is_managed_source(source) else None
 
 
 def _uncompiled(runtime: JSONObject | None) -> JSONObject:
@@ -382,6 +402,16 @@ def blocking_lines(documents: list[JSONObject]) -> list[str]:
         where = f"{status['source']}: " if status.get("source") else ""
         owner = document["spec"]["owner"]
         found += [f"{where}{owner}: {entry['reason']}: {entry['message']}" for entry in status["blockingReasons"]]
+    return found
+
+
+def note_lines(documents: list[JSONObject]) -> list[str]:
+    """Every note of the documents (what apply will do that blocks nothing), one line each, as blocking lines are."""
+    found = []
+    for document in documents:
+        status = document["status"]
+        where = f"{status['source']}: " if status.get("source") else ""
+        found += [f"{where}{document['spec']['owner']}: {note}" for note in status.get("notes", [])]
     return found
 
 

@@ -26,6 +26,7 @@ from typing import Final
 
 from nodus.errors import ConfigError, SpecError
 from nodus.reconciler.planning.desired import Desired, desired_from
+from nodus.reconciler.planning.managed_environments import with_managed_environments
 from nodus.reconciler.references import runtime_key
 from nodus.reconciler.state.records import ResourceKey
 from nodus.specs.parse import parse_resources
@@ -108,9 +109,10 @@ def with_managed_runtimes(desired: list[Desired], folders: Iterable[Path] | None
 
 
 def read_desired(paths: Iterable[Path], *, shown: str | None = None, hint: str) -> list[Desired]:
-    """Every resource under `paths`, with the managed runtimes its TrainingJobs name: what `nodus plan`, `nodus
-    apply` and `nodus controller` plan from. A spec error is raised whole (one line per problem); no resource at
-    all is an error too, as an empty folder is far more likely a wrong path than a wish to destroy everything.
+    """Every resource under `paths`, with the managed runtimes and catalog Environments it names: what `nodus
+    plan`, `nodus apply` and `nodus controller` plan from. A spec error is raised whole (one line per problem);
+    no resource at all is an error too, as an empty folder is far more likely a wrong path than a wish to
+    destroy everything.
     `shown`: how messages name the paths; `hint`: what to check when nothing was found."""
     paths = list(paths)
     result = parse_resources(paths)
@@ -118,4 +120,10 @@ def read_desired(paths: Iterable[Path], *, shown: str | None = None, hint: str) 
     if not result.resources:
         where = shown or ", ".join(str(path) for path in paths)
         raise ConfigError(f"{where}: no nodus resources found", hint=hint)
-    return with_managed_runtimes(desired_from(result.resources))
+    return with_managed(desired_from(result.resources))
+
+
+def with_managed(desired: list[Desired]) -> list[Desired]:
+    """`desired` plus what nodus manages that it names: the catalog Environments its TrainingJobs and evaluation
+    AgentGroups name (`nodus.reconciler.planning.managed_environments`) and the managed runtimes of its jobs."""
+    return with_managed_environments(with_managed_runtimes(desired))

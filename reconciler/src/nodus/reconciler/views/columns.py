@@ -133,8 +133,16 @@ def columns(kind: str, *, wide: bool = False) -> list[Column]:
     return [*base, *extra]
 
 
-def rows(kind: str, records: list[ResourceRecord], *, wide: bool = False) -> tuple[list[str], list[list[str]]]:
-    chosen = columns(kind, wide=wide)
+def rows(
+    kind: str, records: list[ResourceRecord], *, wide: bool = False, base: list[Column] | None = None
+) -> tuple[list[str], list[list[str]]]:
+    """The titles and cells of the table; `base`, columns of a view of its own (the catalog's) in place of the
+    kind's, with `-o wide`'s extra columns after them."""
+    chosen = (
+        columns(kind, wide=wide)
+        if base is None
+        else [*base, *columns(kind, wide=wide)[len(COLUMNS.get(kind, DEFAULT)) :]]
+    )
     return [title for title, _ in chosen], [[value(record) for _, value in chosen] for record in records]
 
 
