@@ -138,7 +138,9 @@ def test_a_prompt_of_more_than_a_system_and_one_user_message_is_refused(
 ) -> None:
     rows = verl_rows(3)
     rows[1]["prompt"] = [*rows[1]["prompt"], {"role": "assistant", "content": "3"}]
-    with pytest.raises(AdapterError, match=r"train.parquet row 1: prompt must be at most a system message and one user"):
+    with pytest.raises(
+        AdapterError, match=r"train.parquet row 1: prompt must be at most a system message and one user"
+    ):
         make_verl(SCORE.format(train="data/train.parquet", val=""), {"data/train.parquet": rows}).tasks("train")
 
 

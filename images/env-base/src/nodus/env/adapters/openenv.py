@@ -24,7 +24,7 @@ from typing import Any
 from nodus.env import contract
 from nodus.env.adapters.base import AdapterError, RawTask, StepResult
 
-DEFAULT_TRAIN_SEEDS = range(0, 800)
+DEFAULT_TRAIN_SEEDS = range(800)
 DEFAULT_TEST_SEEDS = range(800, 1000)
 PROBE_TURN = "hello"
 """The reply the determinism check plays after each reset (any text: it only has to be the same twice)."""
@@ -94,8 +94,9 @@ def observation_text(observation: Any, *, first: bool) -> str:
     messages = fields.get("messages")
     if isinstance(messages, list) and messages:
         parts = [m.get("content") if isinstance(m, dict) else m for m in messages]
-        if all(isinstance(p, str) for p in parts):
-            return "\n".join(parts)
+        texts_of_messages = [p for p in parts if isinstance(p, str)]
+        if len(texts_of_messages) == len(parts):
+            return "\n".join(texts_of_messages)
     texts = [v for k, v in fields.items() if isinstance(v, str) and v.strip() and (first or k != "prompt")]
     if len(texts) == 1:
         return str(texts[0])

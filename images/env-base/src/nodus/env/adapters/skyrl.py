@@ -18,7 +18,7 @@ from nodus.env.adapters.base import AdapterError
 
 def _skyrl_gym() -> Any:
     try:
-        import skyrl_gym
+        import skyrl_gym  # type: ignore[import-not-found]
     except ImportError:
         raise AdapterError(
             "SkyRL dataset: rows name an env_class but skyrl_gym is not installed; add skyrl-gym to the package's "
@@ -42,7 +42,7 @@ class SkyRLScorer:
     def _config(self, env_class: str) -> Any:
         config = self.env_config.get(env_class) or {}
         try:
-            from omegaconf import OmegaConf  # skyrl-gym's own dependency; its environments read attributes
+            from omegaconf import OmegaConf  # type: ignore[import-not-found]  # skyrl-gym's own dependency; its environments read attributes
         except ImportError:
             return config
         return OmegaConf.create(config)
@@ -52,8 +52,10 @@ class SkyRLScorer:
         gym = _skyrl_gym()
         if env_class not in gym.registry:
             known = ", ".join(sorted(gym.registry)) or "none"
-            raise AdapterError(f"SkyRL dataset: env_class {env_class!r} is not a registered SkyRL-gym environment "
-                               f"(registered: {known})")
+            raise AdapterError(
+                f"SkyRL dataset: env_class {env_class!r} is not a registered SkyRL-gym environment "
+                f"(registered: {known})"
+            )
         return gym.make(env_class, env_config=self._config(env_class), extras=extras(row))
 
     def check(self, rows: list[dict[str, Any]]) -> None:

@@ -90,7 +90,7 @@ def _hub_file(path: str) -> str:
 
 def read_rows(path: str) -> list[dict[str, Any]]:
     try:
-        import pyarrow.parquet as parquet
+        import pyarrow.parquet as parquet  # type: ignore[import-untyped]
     except ImportError:
         raise AdapterError(
             "verl dataset: reading parquet needs pyarrow; add datasets to the package's dependencies"
