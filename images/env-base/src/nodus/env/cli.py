@@ -164,10 +164,11 @@ def selfcheck(
             continue
         wrong = []
         for task in tasks[: max(gold, 1)]:
-            results = [
-                env.grade_line({"taskId": task.task_id, "completion": c}, timeout_s)
-                for c in env.adapter.gold_completions(env.adapter_task(task))
-            ]
+            completions = env.adapter.gold_completions(env.adapter_task(task))
+            if not completions and getattr(env.adapter, "gold_optional", False):
+                # An episode with no answer key (an OpenEnv game): the adapter checked determinism when it loaded.
+                continue
+            results = [env.grade_line({"taskId": task.task_id, "completion": c}, timeout_s) for c in completions]
             verdicts = [result["verdict"] for result in results]
             if contract.CORRECT not in verdicts:
                 # The grader's own words (`ZeroDivisionError: ... in reward (env.py:12)`): what the build error shows.

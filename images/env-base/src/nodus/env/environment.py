@@ -48,12 +48,14 @@ class Environment:
 
     def _materialise(self) -> dict[str, list[Task]]:
         out: dict[str, list[Task]] = {}
-        test_prompts = {splits.prompt_key(t.prompt) for t in self.adapter.raw_tasks("test")}
+        # An adapter whose tasks may share a prompt (OpenEnv: one game, a seed per task) says what tells them apart.
+        key_of = getattr(self.adapter, "task_key", None) or (lambda raw: splits.prompt_key(raw.prompt))
+        test_prompts = {key_of(t) for t in self.adapter.raw_tasks("test")}
         for split in ("test", "train"):
             seen: set[str] = set()
             kept: list[Task] = []
             for index, raw in enumerate(self.adapter.raw_tasks(split)):
-                key = splits.prompt_key(raw.prompt)
+                key = key_of(raw)
                 if key in seen or (split == "train" and key in test_prompts):
                     continue
                 seen.add(key)
