@@ -18,6 +18,7 @@ verifiers itself is imported only from the environment's own package, once an en
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import importlib
 import inspect
@@ -159,7 +160,9 @@ class VerifiersClassicAdapter:
         self.multi_turn = getattr(env, "max_turns", 1) != 1
         functions = _weighted_functions(env.rubric)
         if not functions:
-            raise AdapterError(f"verifiers environment {type(env).__name__}: its rubric has no weighted reward function")
+            raise AdapterError(
+                f"verifiers environment {type(env).__name__}: its rubric has no weighted reward function"
+            )
         binary = abs(sum(w for _, _, w in functions) - 1.0) < 1e-9 and all(_declared_binary(f) for _, f, _ in functions)
         self.reward_type = "Binary" if binary else "Continuous"
         self._functions = functions
@@ -267,7 +270,7 @@ class VerifiersClassicAdapter:
         if inspect.isawaitable(value):
             value = self._loop.run_until_complete(_awaited(value))
         if group:
-            value = list(value)[0]
+            value = next(iter(value))
         return float(value)
 
     def _replay_client(self, turns: list[str], with_tools: bool) -> Any:
@@ -284,10 +287,9 @@ class VerifiersClassicAdapter:
         formatter = getattr(parser, "format", None)
         answer_field = getattr(parser, "answer_field", None)
         if callable(formatter) and isinstance(answer_field, str):
-            try:
+            # A parser that cannot format this answer leaves the plain candidates.
+            with contextlib.suppress(Exception):
                 candidates.append(str(formatter(**{answer_field: answer})))
-            except Exception:  # noqa: BLE001 - a parser that cannot format leaves the plain candidates
-                pass
         candidates += [answer, f"<answer>{answer}</answer>", f"\\boxed{{{answer}}}"]
         return list(dict.fromkeys(candidates))
 
@@ -299,7 +301,7 @@ async def _awaited(value: Any) -> Any:
 def _make_replay_client(base: type, types: Any, turns: list[str], with_tools: bool) -> Any:
     """A verifiers Client whose i-th response is the model's i-th turn; past the last, it stops the rollout."""
 
-    class ReplayClient(base):  # type: ignore[misc, valid-type]
+    class ReplayClient(base):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__(None)
             self.turns = turns
@@ -307,7 +309,9 @@ def _make_replay_client(base: type, types: Any, turns: list[str], with_tools: bo
             self.state: Any = None
             self.last_prompt: list[Any] = []
 
-        async def get_response(self, prompt: Any, model: str, sampling_args: Any, tools: Any = None, **kwargs: Any) -> Any:
+        async def get_response(
+            self, prompt: Any, model: str, sampling_args: Any, tools: Any = None, **kwargs: Any
+        ) -> Any:
             self.state = kwargs.get("state")
             self.last_prompt = list(prompt)
             if self.calls >= len(self.turns):

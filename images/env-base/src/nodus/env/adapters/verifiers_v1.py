@@ -139,12 +139,16 @@ class VerifiersV1Adapter:
         return float(trace.reward)
 
     def _trace_of(self, task: RawTask, completion: str) -> Any:
-        nodes = []
+        nodes: list[Any] = []
         prompt = task.prompt if isinstance(task.prompt, list) else [{"role": "user", "content": task.prompt}]
         message_types = {"system": self._v1.SystemMessage, "user": self._v1.UserMessage}
         for message in prompt:
             make = message_types.get(message["role"], self._v1.UserMessage)
-            nodes.append(self._graph.MessageNode(parent=len(nodes) - 1 if nodes else None, message=make(content=message["content"])))
+            nodes.append(
+                self._graph.MessageNode(
+                    parent=len(nodes) - 1 if nodes else None, message=make(content=message["content"])
+                )
+            )
         reply = self._v1.AssistantMessage(content=completion)
         nodes.append(self._graph.MessageNode(parent=len(nodes) - 1, message=reply, sampled=True))
         data = task.answer.data
