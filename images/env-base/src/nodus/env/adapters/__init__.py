@@ -11,13 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from nodus.env.adapters import module, openenv, reasoning_gym, verl
+from nodus.env.adapters import module, openenv, reasoning_gym, verifiers_classic, verifiers_v1, verl
 from nodus.env.adapters.base import Adapter, AdapterError, RawTask, StepResult
 
 __all__ = ["ADAPTERS", "Adapter", "AdapterError", "RawTask", "StepResult", "adapt"]
 
 ADAPTERS: tuple[tuple[str, Callable[[Any], bool], Callable[[Any], Adapter]], ...] = (
     ("reasoning-gym", reasoning_gym.accepts, reasoning_gym.ReasoningGymAdapter),
+    ("verifiers", verifiers_classic.accepts, verifiers_classic.VerifiersClassicAdapter),
+    ("verifiers-v1", verifiers_v1.accepts, verifiers_v1.VerifiersV1Adapter),
     ("openenv", openenv.accepts, openenv.OpenEnvAdapter),
     ("verl", verl.accepts, verl.VerlAdapter),
     ("module", module.accepts, module.ModuleAdapter),
