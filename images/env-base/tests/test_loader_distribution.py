@@ -20,6 +20,11 @@ def reward(completion, answer):
     return None if not completion.strip() else float(completion.strip() == answer)
 """
 
+TASKS_FUNCTION = """
+def tasks(split):
+    return [{"prompt": p, "answer": a} for i, (p, a) in enumerate(_TASKS) if (i % 5 == 4) == (split == "test")]
+"""
+
 LOADS_ITSELF = "import sys\ndef load_environment():\n    return sys.modules[__name__]\n" + MODULE_SHAPE
 
 
@@ -95,6 +100,15 @@ def test_no_module_with_the_loader_names_the_distribution_and_its_modules(site: 
     expected = rf"no top-level module of distribution 'no-loader-pkg' has load_environment\(\) \(it has top-level modules {modules}\)"
     with pytest.raises(LoadError, match=expected):
         load_environment(_settings("no-loader-pkg", tmp_path))
+
+
+def test_the_one_module_of_a_distribution_without_a_loader_is_used_as_it_is(site: Path, tmp_path: Path) -> None:
+    """As a path package's module is: a module of tasks() and reward() (or a verifiers v1 Taskset's module)."""
+    own = _unique("bare_shape")
+    install_distribution(site, "bare-shape-pkg", {own: MODULE_SHAPE.replace("TASKS", "_TASKS") + TASKS_FUNCTION})
+    env = load_environment(_settings("bare-shape-pkg", tmp_path))
+    task = env.tasks("test")[0]
+    assert env.grade_line({"taskId": task.task_id, "completion": task.answer})["verdict"] == "Correct"
 
 
 def test_two_modules_with_the_loader_are_refused(site: Path, tmp_path: Path) -> None:

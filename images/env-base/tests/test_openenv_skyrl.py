@@ -1,7 +1,7 @@
 """The OpenEnv and SkyRL adapters against the real packages (openenv-core 0.3.0, skyrl-gym 0.4.0).
 
 The workspace does not install them (openenv-core brings gradio and a web stack), so a scratch venv is made once
-per module with `uv pip install --offline` from uv's cache, and `nodus-env` runs there as a subprocess with
+per module with `uv pip install` (from uv's cache when it has them, else the package registry), and `nodus-env` runs there as a subprocess with
 PYTHONPATH pointing at this checkout's `nodus.env`: the same code and commands a grader image runs.
 """
 
@@ -35,11 +35,11 @@ def python(tmp_path_factory: pytest.TempPathFactory) -> str:
     assert uv, "uv is a dev dependency of the workspace"
     subprocess.run([uv, "venv", "-q", "-p", sys.executable, str(venv)], check=True)
     installed = subprocess.run(
-        [uv, "pip", "install", "-q", "--offline", "--compile-bytecode", "-p", str(venv / "bin" / "python"), *PACKAGES],
+        [uv, "pip", "install", "-q", "--compile-bytecode", "-p", str(venv / "bin" / "python"), *PACKAGES],
         capture_output=True,
         text=True,
     )
-    assert installed.returncode == 0, f"uv could not install {PACKAGES} from its cache: {installed.stderr[-500:]}"
+    assert installed.returncode == 0, f"uv could not install {PACKAGES}: {installed.stderr[-500:]}"
     return str(venv / "bin" / "python")
 
 

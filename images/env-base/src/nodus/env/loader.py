@@ -129,17 +129,22 @@ def distribution_modules(distribution: str) -> list[str]:
 def _call_in_distribution(distribution: str, function: str, loader: str) -> Any:
     """`function()` of the one top-level module of `distribution` that has it (a bare-function loader)."""
     modules = distribution_modules(distribution)
-    having, failed = [], []
+    having, failed, loaded = [], [], []
     for name in modules:
         try:
             module = importlib.import_module(name)
         except Exception as exc:  # the package's own import error: said if no module has the function
             failed.append(f"{name} ({type(exc).__name__}: {exc})")
             continue
+        loaded.append(module)
         if callable(getattr(module, function, None)):
             having.append(module)
     if len(having) == 1:
         return _call(having[0], function, f"{having[0].__name__}:{function}")
+    if not having and function == DEFAULT_LOADER and len(loaded) == 1 and not failed:
+        # The distribution's one module, with no load_environment(), is used as it is, as a path package's
+        # module is (a verifiers v1 package exports its Taskset; a module of tasks() and reward()).
+        return loaded[0]
     what = f"top-level modules {', '.join(modules)}" if modules else "no top-level modules"
     if having:
         raise LoadError(
