@@ -92,7 +92,14 @@ def test_fixture_cases_give_their_verdicts(env: Environment) -> None:
 
 def test_junk_replies_are_never_correct_and_never_raise(env: Environment) -> None:
     task = env.tasks("test")[0]
-    junk = ["", "<tool_call>", "</tool_call><tool_call>", "<tool_call>" * 20000, "x" * 200_000, "<answer>1e309</answer>"]
+    junk = [
+        "",
+        "<tool_call>",
+        "</tool_call><tool_call>",
+        "<tool_call>" * 20000,
+        "x" * 200_000,
+        "<answer>1e309</answer>",
+    ]
     for reply in junk:
         line = env.grade_line({"taskId": task.task_id, "turns": [reply]})
         assert line["verdict"] in ("Incorrect", "InvalidOutput"), (reply[:40], line)

@@ -59,7 +59,9 @@ class ScriptedGrader:
 
 
 def test_tools_come_from_the_task_metadata_and_a_tool_result_is_a_tool_message() -> None:
-    assert tools_of(TASK) == TOOLS and tools_of({"metadata": {}}) is None and tools_of({"metadata": {"tools": 1}}) is None
+    assert (
+        tools_of(TASK) == TOOLS and tools_of({"metadata": {}}) is None and tools_of({"metadata": {"tools": 1}}) is None
+    )
     assert next_message({"next": "5", "nextRole": "tool"}) == {"role": "tool", "content": "5"}
     assert next_message({"next": "again"}) == {"role": "user", "content": "again"}
     assert next_message({"next": None, "nextRole": "tool"}) is None

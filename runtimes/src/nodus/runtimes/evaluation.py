@@ -81,9 +81,7 @@ def _multi_turn(
     final: list[dict[str, Any] | None] = [None] * len(tasks)
     open_ = list(range(len(tasks)))
     for turn in range(max_turns):
-        replies = generator.generate(
-            [conversations[i] for i in open_], sampling, [tools_of(tasks[i]) for i in open_]
-        )
+        replies = generator.generate([conversations[i] for i in open_], sampling, [tools_of(tasks[i]) for i in open_])
         for i, reply in zip(open_, replies, strict=True):
             turns[i].append(reply)
             conversations[i].append({"role": "assistant", "content": reply})

@@ -3,8 +3,9 @@
 Who uses it: `evaluation.run_episodes` (baseline and final evaluation of `grpo_lora`, and the `evaluate`
 runtime), and `multiturn.rollout` during multi-turn training. A backend only turns chat messages into reply
 texts; grading stays with the platform. A task whose metadata carries `tools` (OpenAI-style function schemas)
-has them rendered by the chat template's `tools=` argument (`tools_of`), one list per conversation. vLLM is in the optional extra `nodus-runtimes[cuda]` (`make setup EXTRA=cuda`),
-for CUDA hosts; `make_generator("auto")` takes it where it imports and a GPU is present, else transformers.
+has them rendered by the chat template's `tools=` argument (`tools_of`), one list per conversation. vLLM is in
+the optional extra `nodus-runtimes[cuda]` (`make setup EXTRA=cuda`), for CUDA hosts; `make_generator("auto")`
+takes it where it imports and a GPU is present, else transformers.
 """
 
 from __future__ import annotations
@@ -94,7 +95,9 @@ class TransformersGenerator:
             with torch.no_grad():
                 for start in range(0, len(conversations), self.batch_size):
                     end = start + self.batch_size
-                    texts = [self.render(c, t) for c, t in zip(conversations[start:end], offered[start:end], strict=True)]
+                    texts = [
+                        self.render(c, t) for c, t in zip(conversations[start:end], offered[start:end], strict=True)
+                    ]
                     encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
                     encoded = {key: value.to(self.model.device) for key, value in encoded.items()}
                     options: dict[str, Any] = {"max_new_tokens": sampling.max_tokens, "do_sample": not sampling.greedy}

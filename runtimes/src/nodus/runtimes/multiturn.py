@@ -31,9 +31,7 @@ def prompt_key(prompt: Any) -> str:
     return json.dumps(prompt, sort_keys=True, ensure_ascii=False)
 
 
-def make_rollout(
-    context: RunContext, p: Any, task_ids: dict[str, str], tools: dict[str, Tools] | None = None
-) -> Any:
+def make_rollout(context: RunContext, p: Any, task_ids: dict[str, str], tools: dict[str, Tools] | None = None) -> Any:
     """`task_ids` maps each prompt (as `prompt_key` renders it) to its taskId, `tools` to the tools it offers."""
     offered = tools or {}
 

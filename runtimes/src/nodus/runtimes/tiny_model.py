@@ -55,7 +55,7 @@ CHAT_TEMPLATE = (
     "{%- endif %}"
     "{{- '# Tools\\n<tools>' }}"
     "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
-    "{{- '\\n</tools>\\nCall a tool with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>' }}"
+    '{{- \'\\n</tools>\\nCall a tool with <tool_call>{"name": ..., "arguments": {...}}</tool_call>\' }}'
     "{{- '<|im_end|>\\n' }}"
     "{%- endif %}"
     "{%- for message in messages[ns.start:] %}"
