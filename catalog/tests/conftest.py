@@ -56,6 +56,7 @@ ENVIRONMENTS = {
     "python-functions": Source("python-functions", "python_functions_env"),
     "letter-counting-legacy-eval": Source("letter-counting-legacy", "letter_counting_legacy_env:load_eval"),
     "letter-counting-legacy-rl": Source("letter-counting-legacy", "letter_counting_legacy_env:load_rl"),
+    "tool-calculator": Source("tool-calculator", "tool_calculator_env"),
 }
 
 GSM8K_SAMPLE = json.dumps(

@@ -44,6 +44,7 @@ def test_every_folder_is_an_environment():
         "letter-counting-legacy-rl",
         "python-functions",
         "reasoning-gym",
+        "tool-calculator",
     }
     found = set(FOLDERS)
     assert found == expected

@@ -1,7 +1,8 @@
 """A stand-in for the job supervisor's attempt API, for the runtimes' own tests (no podman, no reconciler).
 
 Who uses it: `runtimes/tests/test_*.py`. It serves `tasks`, `gradings` and `events` on a Unix socket for one
-module environment loaded in process (`tasks(split)` + `reward(completion, answer)`), answers the way the
+module environment loaded in process (`tasks(split)` + `reward(completion, answer)` or `step(turns, answer)`,
+whose third value, when it returns one, is the next message's role), answers the way the
 real API does (no answers in tasks; verdicts Correct / Incorrect / InvalidOutput / InfrastructureFailure),
 and records every request so tests can check what the trainer sent and received. The real path (supervisor,
 sandboxed graders) is tested end to end in `tests/test_train_grpo.py`.
@@ -97,11 +98,15 @@ class FakePlatform:
             elif "turns" in item:
                 # Multi-turn: replay the episode as the grader does; a single-turn module ends after one reply.
                 answer = self.answers[item["taskId"]]
+                role = "user"
                 if hasattr(self.env, "step"):
-                    message, value = self.env.step(list(item["turns"]), answer)
+                    message, value, *said = self.env.step(list(item["turns"]), answer)
+                    role = said[0] if said else role
                 else:
                     message, value = None, self.env.reward(item["turns"][-1], answer)
                 extra = {"next": message, "done": message is None}
+                if role != "user" and message is not None:
+                    extra["nextRole"] = role  # as nodus-env writes it: only a tool result says who speaks
                 verdict = "InvalidOutput" if value is None else ("Correct" if value >= 1 else "Incorrect")
                 reward = None if value is None else float(value)
             else:

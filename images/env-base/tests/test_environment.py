@@ -136,6 +136,42 @@ def test_multi_turn_step_replays_turns(make_env: Make) -> None:
     assert env.info()["multiTurn"] is True
 
 
+def test_a_step_that_says_tool_makes_the_next_message_a_tool_result(make_env: Make) -> None:
+    env = make_env(
+        """
+        def tasks(split):
+            return [{"prompt": f"Add 2 and 3 ({split} {i})", "answer": 5, "metadata": {"tools": []}} for i in range(20)]
+        def step(turns, answer):
+            if "<tool_call>" in turns[-1]:
+                return "5", 0.0, "tool"
+            if turns[-1] == "ask":
+                return "say it again", 0.0, "user"
+            return None, float(turns[-1].strip() == str(answer))
+        """
+    )
+    task_id = env.tasks("test")[0].task_id
+    called = env.grade_line({"taskId": task_id, "turns": ['<tool_call>{"name": "add"}</tool_call>']})
+    assert (called["next"], called["done"], called["nextRole"]) == ("5", False, "tool")
+    asked = env.grade_line({"taskId": task_id, "turns": ["ask"]})
+    assert asked["next"] == "say it again" and "nextRole" not in asked  # the user's turn says nothing
+    answered = env.grade_line({"taskId": task_id, "turns": ["<tool_call>{}</tool_call>", "5"]})
+    assert (answered["verdict"], answered["done"]) == ("Correct", True) and "nextRole" not in answered
+
+
+def test_a_step_with_a_role_outside_the_contract_is_an_infrastructure_failure(make_env: Make) -> None:
+    env = make_env(
+        """
+        def tasks(split):
+            return [{"prompt": f"Q {split} {i}", "answer": 1} for i in range(20)]
+        def step(turns, answer):
+            return "hi", 0.0, "assistant"
+        """
+    )
+    result = env.grade_line({"taskId": env.tasks("test")[0].task_id, "turns": ["x"]})
+    assert result["verdict"] == "InfrastructureFailure"
+    assert "step returned the role 'assistant'; expected one of user, tool" in result["evidence"]["message"]
+
+
 def test_reasoning_gym_dataset(make_env: Make) -> None:
     env = make_env(
         """

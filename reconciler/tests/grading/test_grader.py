@@ -201,6 +201,20 @@ def test_multi_turn_lines_carry_next_and_done(make_grader: MakeGrader) -> None:
     assert results[1].to_json()["done"] is True and "done" not in Verdict("t", "Correct", 1.0).to_json()
 
 
+def test_a_tool_result_says_its_role_and_a_user_turn_says_nothing(make_grader: MakeGrader) -> None:
+    requests = [(0, GradeRequest("t0", turns=("call",))), (1, GradeRequest("t1", turns=("hi",)))]
+    tool, user = (v for _, v in make_grader().grade(requests))
+    assert (tool.next, tool.done, tool.next_role) == ("42", False, "tool")
+    assert tool.to_json()["nextRole"] == "tool"
+    assert user.next_role is None and "nextRole" not in user.to_json()
+
+
+def test_a_next_role_outside_the_contract_fails_the_line(make_grader: MakeGrader) -> None:
+    [verdict] = [v for _, v in make_grader().grade([(0, GradeRequest("t0", turns=("role:assistant",)))])]
+    assert verdict.verdict == "InfrastructureFailure"
+    assert "nextRole 'assistant' is not one of user, tool" in verdict.evidence["message"]
+
+
 def test_a_consumer_that_stops_early_leaves_no_grader_with_lines_in_flight(make_grader: MakeGrader) -> None:
     grader = make_grader(window=3)
     stream = grader.grade(iter([(i, GradeRequest(f"t{i}", "right")) for i in range(5)]))

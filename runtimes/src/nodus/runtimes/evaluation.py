@@ -8,6 +8,9 @@ returned here is for the trainer's log and results.json only.
 A single-turn task (`max_turns` 1) is one `{taskId, completion}` item. With more turns each reply is sent
 as the episode so far (`{taskId, turns}`); the grader answers `next` (the environment's message) and `done`,
 and the episode goes on until it is done, `max_turns` replies were made, or it would pass `max_episode_tokens`.
+A task whose metadata offers `tools` is rendered with them; the model's reply is the assistant's message and a
+`next` the grader marks `nextRole: tool` (the result of the model's tool call) a tool message, so the chat
+template shows it the way the model was taught tool results.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodus.runtimes.attempt import AttemptClient
-from nodus.runtimes.generation import Generator, Messages, Sampling, as_messages
+from nodus.runtimes.generation import Generator, Messages, Sampling, as_messages, next_message, tools_of
 
 
 @dataclass
@@ -51,7 +54,9 @@ def run_episodes(
     for start in range(0, len(tasks), batch):
         chunk = list(tasks[start : start + batch])
         if max_turns <= 1:
-            replies = generator.generate([as_messages(t["prompt"]) for t in chunk], sampling)
+            replies = generator.generate(
+                [as_messages(t["prompt"]) for t in chunk], sampling, [tools_of(t) for t in chunk]
+            )
             items = [{"taskId": t["taskId"], "completion": r} for t, r in zip(chunk, replies, strict=True)]
             result.verdicts.extend(api.grade(items, phase))
         else:
@@ -76,7 +81,7 @@ def _multi_turn(
     final: list[dict[str, Any] | None] = [None] * len(tasks)
     open_ = list(range(len(tasks)))
     for turn in range(max_turns):
-        replies = generator.generate([conversations[i] for i in open_], sampling)
+        replies = generator.generate([conversations[i] for i in open_], sampling, [tools_of(tasks[i]) for i in open_])
         for i, reply in zip(open_, replies, strict=True):
             turns[i].append(reply)
             conversations[i].append({"role": "assistant", "content": reply})
@@ -85,7 +90,7 @@ def _multi_turn(
         still_open = []
         for i, verdict in zip(open_, verdicts, strict=True):
             final[i] = verdict
-            message = verdict.get("next")
+            message = next_message(verdict)
             too_long = (
                 max_episode_tokens is not None
                 and count_tokens is not None
@@ -93,7 +98,7 @@ def _multi_turn(
             )
             if verdict.get("done", True) or message is None or turn + 1 >= max_turns or too_long:
                 continue
-            conversations[i].append({"role": "user", "content": str(message)})
+            conversations[i].append(message)
             still_open.append(i)
         open_ = still_open
         if not open_:

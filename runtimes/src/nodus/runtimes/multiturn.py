@@ -7,6 +7,10 @@ reply the episode so far goes to the platform's grader (`{taskId, turns}`, phase
 the Environment and answers the next message and whether the episode is done. An episode ends when it is done,
 after `maxTurns` replies, or before it would pass `maxEpisodeTokens`.
 
+A task whose metadata offers `tools` has its prompt rendered with them (the chat template's `tools=`), and a
+`next` the grader marks `nextRole: tool` (the result of the model's tool call) is rendered as a tool message,
+where any other is the user's turn.
+
 The model learns only from its own tokens: the completion TRL trains on is every reply with the Environment's
 messages between them, and `env_mask` is 1 on the model's tokens and 0 on the Environment's (TRL multiplies its
 loss mask by it). The episode's last verdict is its reward (`episode_reward`, passed on to the reward
@@ -20,14 +24,16 @@ from typing import Any
 
 from nodus.runtimes.attempt import reward_of
 from nodus.runtimes.contract import RunContext
+from nodus.runtimes.generation import Tools, next_message
 
 
 def prompt_key(prompt: Any) -> str:
     return json.dumps(prompt, sort_keys=True, ensure_ascii=False)
 
 
-def make_rollout(context: RunContext, p: Any, task_ids: dict[str, str]) -> Any:
-    """`task_ids` maps each prompt (as `prompt_key` renders it) to its taskId."""
+def make_rollout(context: RunContext, p: Any, task_ids: dict[str, str], tools: dict[str, Tools] | None = None) -> Any:
+    """`task_ids` maps each prompt (as `prompt_key` renders it) to its taskId, `tools` to the tools it offers."""
+    offered = tools or {}
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
         import torch
@@ -47,7 +53,11 @@ def make_rollout(context: RunContext, p: Any, task_ids: dict[str, str]) -> Any:
         for prompt, _ in episodes:
             messages = list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
             rendered = tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
+                messages,
+                tools=offered.get(prompt_key(prompt)),
+                tokenize=False,
+                add_generation_prompt=True,
+                enable_thinking=False,
             )
             prompt_ids = tokenizer(rendered, add_special_tokens=False)["input_ids"]
             completion: list[int] = []
@@ -82,12 +92,13 @@ def make_rollout(context: RunContext, p: Any, task_ids: dict[str, str]) -> Any:
                 mask += [1] * len(new)
                 turns.append(tokenizer.decode(new, skip_special_tokens=True))
                 verdict = context.api.grade([{"taskId": task_ids[prompt_key(prompt)], "turns": turns}], "Training")[0]
-                message = verdict.get("next")
+                message = next_message(verdict)
                 if verdict.get("done", True) or message is None or turn + 1 >= p.max_turns:
                     break
-                # The environment's message as the chat template renders a user turn after the reply.
+                # The environment's message as the chat template renders a user turn (or a tool's result)
+                # after the reply, and the assistant's turn that follows it.
                 follow = tokenizer.apply_chat_template(
-                    [{"role": "user", "content": str(message)}],
+                    [message],
                     tokenize=False,
                     add_generation_prompt=True,
                     enable_thinking=False,

@@ -7,11 +7,13 @@ into the local Hugging Face cache (`models--nodus--tiny-qwen3/snapshots/<revisio
 TrainingJob controller imports pinned revisions from.
 
 Three steps, all deterministic for a given recipe:
-1. A byte-level BPE tokenizer trained by `tokenizers` on the warm-up tasks' text. Letters are kept one
-   token each (the pre-tokenizer isolates them), so spelling tasks stay learnable for a model this small.
+1. A byte-level BPE tokenizer trained by `tokenizers` on the warm-up tasks' chats as the chat template
+   renders them. Letters and digits are kept one token each (the pre-tokenizer isolates them), so spelling
+   tasks and copying numbers into a tool call stay learnable for a model this small.
 2. A Qwen3 config (2 layers, hidden size 64 by default: about 100k parameters) with random weights.
 3. A short supervised warm-up on the train split of an environment module (`tasks(split)`, and
-   `gold_completion(answer)` when it has one), stopped when greedy decoding is right on about
+   `gold_completion(answer)` when it has one, or `gold_turns(task)`: the model's turns of a gold episode,
+   such as a tool call and then the answer), stopped when greedy decoding is right on about
    `--target` of a dev slice of the train split. A random model scores 0 and RL learns nothing from
    all-zero groups; a model right about half the time gives GRPO a signal. The held-out split is never
    used.
@@ -36,13 +38,40 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "2"  # 2: the chat template offers tools; digits are one token each
 REPO = "nodus/tiny-qwen3"
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-# ChatML as Qwen uses it, without the thinking block: user and system turns, then the assistant's reply.
+# ChatML as Qwen uses it, without the thinking block: system, user and assistant turns, then the assistant's
+# reply. With `tools` it renders them as Qwen's template does, shorter (the tiny model has 512 positions): a
+# system turn listing each tool's JSON schema inside <tools></tools> and how to call one; a tool message is a
+# user turn holding <tool_response>...</tool_response> (consecutive ones share the turn), and an assistant
+# message's `tool_calls` are <tool_call> blocks.
 CHAT_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- set ns = namespace(start=0) %}"
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages and messages[0]['role'] == 'system' %}"
+    "{{- messages[0]['content'] + '\\n\\n' }}{%- set ns.start = 1 %}"
+    "{%- endif %}"
+    "{{- '# Tools\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    '{{- \'\\n</tools>\\nCall a tool with <tool_call>{"name": ..., "arguments": {...}}</tool_call>\' }}'
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages[ns.start:] %}"
+    "{%- if message['role'] == 'tool' %}"
+    "{%- if loop.first or loop.previtem['role'] != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
+    "{%- if loop.last or loop.nextitem['role'] != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') }}"
+    "{%- for call in message.get('tool_calls') or [] %}"
+    "{%- set call = call.function if call.function is defined else call %}"
+    "{%- set arguments = call.arguments if call.arguments is string else (call.arguments | tojson) %}"
+    "{{- '<tool_call>{\"name\": \"' + call.name + '\", \"arguments\": ' + arguments + '}</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endif %}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
@@ -95,14 +124,38 @@ def load_module(path: Path) -> ModuleType:
     return module
 
 
-def warmup_pairs(module: ModuleType) -> list[tuple[str, str]]:
-    """(prompt, gold completion) of the module's train split."""
+@dataclass(frozen=True)
+class Example:
+    """One warm-up target: the chat so far (with the task's tools, if any) and the model's gold reply."""
+
+    messages: list[dict[str, str]]
+    tools: list[dict[str, Any]] | None
+    completion: str
+
+
+def warmup_pairs(module: ModuleType) -> list[Example]:
+    """The gold replies of the module's train split: `gold_turns(task)` (every model turn of a gold episode,
+    replayed through the module's `step` to get the environment's messages between them) where the module has
+    it, else `gold_completion(answer)` (default `<answer>answer</answer>`) as a one-turn reply."""
     gold = getattr(module, "gold_completion", lambda answer: f"<answer>{answer}</answer>")
-    pairs = []
+    episode = getattr(module, "gold_turns", None)
+    examples = []
     for task in module.tasks("train"):
-        prompt, answer = (task["prompt"], task["answer"]) if isinstance(task, dict) else task
-        pairs.append((str(prompt), str(gold(answer))))
-    return pairs
+        if not isinstance(task, dict):
+            task = {"prompt": task[0], "answer": task[1]}
+        prompt = task["prompt"]
+        messages = [{"role": "user", "content": str(prompt)}] if isinstance(prompt, str) else list(prompt)
+        tools = (task.get("metadata") or {}).get("tools") or None
+        turns = [str(turn) for turn in episode(task)] if callable(episode) else [str(gold(task["answer"]))]
+        for number, turn in enumerate(turns, start=1):
+            examples.append(Example(list(messages), tools, turn))
+            if number == len(turns):
+                break
+            # The environment's answer to this turn, as the trainer shows it (a tool result or the user's turn).
+            result = module.step(turns[:number], task["answer"])
+            message, role = result[0], (result[2] if len(result) == 3 else "user")
+            messages += [{"role": "assistant", "content": turn}, {"role": role, "content": str(message)}]
+    return examples
 
 
 def train_tokenizer(texts: list[str], recipe: Recipe) -> Any:
@@ -111,7 +164,7 @@ def train_tokenizer(texts: list[str], recipe: Recipe) -> Any:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex("[A-Za-z]"), behavior="isolated"),
+            pre_tokenizers.Split(Regex("[A-Za-z0-9]"), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
@@ -138,11 +191,18 @@ def train_tokenizer(texts: list[str], recipe: Recipe) -> Any:
     return fast
 
 
-def chat_prompt(tokenizer: Any, prompt: str) -> str:
+def chat_prompt(tokenizer: Any, example: Example) -> str:
     text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        example.messages, tools=example.tools, tokenize=False, add_generation_prompt=True
     )
     return str(text)
+
+
+def corpus_text(example: Example) -> str:
+    """The text the tokenizer learns its merges from: the chat and reply, with the tools' schemas."""
+    chat = "\n".join(message["content"] for message in example.messages)
+    tools = "\n".join(json.dumps(tool) for tool in example.tools or [])
+    return f"{tools}\n{chat}\n{example.completion}" if tools else f"{chat}\n{example.completion}"
 
 
 def build_model(tokenizer: Any, recipe: Recipe) -> Any:
@@ -170,7 +230,7 @@ def build_model(tokenizer: Any, recipe: Recipe) -> Any:
     return model
 
 
-def greedy_accuracy(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], max_new_tokens: int = 24) -> float:
+def greedy_accuracy(model: Any, tokenizer: Any, pairs: list[Example], max_new_tokens: int = 24) -> float:
     """Share of `pairs` whose greedy completion equals the gold completion (batched, left-padded)."""
     import torch
 
@@ -180,17 +240,17 @@ def greedy_accuracy(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], ma
     with torch.no_grad():
         for start in range(0, len(pairs), 64):
             batch = pairs[start : start + 64]
-            encoded = tokenizer([chat_prompt(tokenizer, p) for p, _ in batch], return_tensors="pt", padding=True)
+            encoded = tokenizer([chat_prompt(tokenizer, e) for e in batch], return_tensors="pt", padding=True)
             out = model.generate(
                 **encoded, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
             )
             texts = tokenizer.batch_decode(out[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
-            right += sum(text.strip() == gold for text, (_, gold) in zip(texts, batch, strict=True))
+            right += sum(text.strip() == e.completion for text, e in zip(texts, batch, strict=True))
     model.train()
     return right / max(1, len(pairs))
 
 
-def warm_up(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], recipe: Recipe, progress: Any) -> float:
+def warm_up(model: Any, tokenizer: Any, pairs: list[Example], recipe: Recipe, progress: Any) -> float:
     """Supervised steps on the completions only until greedy accuracy on a dev slice reaches the target."""
     import torch
 
@@ -200,10 +260,12 @@ def warm_up(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], recipe: Re
     dev, train = shuffled[:64], shuffled[64:]
     end = tokenizer.eos_token
     rows = []
-    for prompt, completion in train:
-        head = tokenizer(chat_prompt(tokenizer, prompt))["input_ids"]
-        tail = tokenizer(completion + end)["input_ids"]
+    reply_tokens = 24  # room for the longest gold reply: a tool call is longer than a short answer
+    for example in train:
+        head = tokenizer(chat_prompt(tokenizer, example))["input_ids"]
+        tail = tokenizer(example.completion + end)["input_ids"]
         rows.append((head + tail, [-100] * len(head) + tail))
+        reply_tokens = max(reply_tokens, len(tail) + 4)
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.warmup_learning_rate, weight_decay=0.0)
     pad = tokenizer.pad_token_id
     accuracy = 0.0
@@ -222,7 +284,7 @@ def warm_up(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], recipe: Re
         optimizer.zero_grad()
         progress.update(task, advance=1, description=f"warm-up loss {loss.item():.3f} dev {accuracy:.0%}")
         if step % 20 == 19:
-            accuracy = greedy_accuracy(model, tokenizer, dev)
+            accuracy = greedy_accuracy(model, tokenizer, dev, reply_tokens)
             if accuracy >= recipe.target:
                 break
     progress.update(task, completed=recipe.warmup_max_steps, description=f"warm-up done: dev {accuracy:.0%}")
@@ -239,7 +301,7 @@ def build(out: Path, recipe: Recipe, warmup_module: Path | None) -> dict[str, An
     random.seed(recipe.seed)
     module = load_module(warmup_module) if warmup_module is not None else None
     pairs = warmup_pairs(module) if module is not None else []
-    corpus = [f"{prompt}\n{completion}" for prompt, completion in pairs] or ["hello world"]
+    corpus = [corpus_text(example) for example in pairs] or ["hello world"]
     tokenizer = train_tokenizer(corpus + SPECIAL_TOKENS, recipe)
     model = build_model(tokenizer, recipe)
     accuracy = None

@@ -27,7 +27,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .models import INFRASTRUCTURE_FAILURE, GradeRequest, MalformedReplyError, Verdict, parse_reply
+from .models import INFRASTRUCTURE_FAILURE, NEXT_ROLES, GradeRequest, MalformedReplyError, Verdict, parse_reply
 from .process import ReadProblem, SandboxProcess
 from .wire import decode_reply, request_line
 
@@ -253,7 +253,12 @@ class Grader:
         if request.turns is None:
             return Verdict(request.task_id, verdict, reward, evidence)
         next_turn, done = decoded.get("next"), bool(decoded.get("done", True))
-        return Verdict(request.task_id, verdict, reward, evidence, next=next_turn, done=done)
+        role = decoded.get("nextRole")
+        if role is not None and role not in NEXT_ROLES:
+            why = f"malformed reply to task {request.task_id} (nextRole {role!r} is not one of {', '.join(NEXT_ROLES)})"
+            return self._end(why, kill=True, output_sha256=output_sha256)
+        next_role = None if role in (None, "user") else str(role)
+        return Verdict(request.task_id, verdict, reward, evidence, next=next_turn, done=done, next_role=next_role)
 
     @staticmethod
     def _could_start(line: _Line[K]) -> float:

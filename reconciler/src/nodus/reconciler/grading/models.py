@@ -95,6 +95,10 @@ class GradeRequest:
         return {"taskId": self.task_id, "completion": self.completion}
 
 
+NEXT_ROLES = ("user", "tool")
+"""Who may speak a multi-turn line's `next` (`nextRole`; absent means the user)."""
+
+
 @dataclass(frozen=True)
 class Verdict:
     """One graded line, with the evidence the host recorded while the grader produced it.
@@ -109,6 +113,8 @@ class Verdict:
     evidence: dict[str, Any] = field(default_factory=dict)
     next: Any = None
     done: bool | None = None
+    next_role: str | None = None
+    """Who speaks `next` in the chat: None for the user's turn, "tool" for the result of the model's tool call."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -120,6 +126,8 @@ class Verdict:
         if self.done is not None:
             out["next"] = self.next
             out["done"] = self.done
+            if self.next_role is not None and self.next is not None:
+                out["nextRole"] = self.next_role
         return out
 
 

@@ -3,7 +3,9 @@
 Who uses it: `adapters.adapt` tries it first. `tasks(split)` returns `(prompt, answer)` pairs or
 `{"prompt", "answer", "metadata"}` dicts; a `tasks()` without a split parameter, or a module-level `TASKS`
 list, is a list without splits (a fifth, and at least 16, held out). `step(turns, answer)` makes it
-multi-turn: it replays the model's turns from the start and returns `(next message or None, reward)`.
+multi-turn: it replays the model's turns from the start and returns `(next message or None, reward)`, or
+`(next message, reward, "tool")` when the next message is the result of a tool the model's last turn called
+(the trainer shows it as a tool message of the chat template; the default role is "user").
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from nodus.env.adapters.base import AdapterError, RawTask, StepResult
 from nodus.env.splits import split_list
 
 SPLITS = ("train", "test")
+ROLES = ("user", "tool")
 
 
 def accepts(obj: Any) -> bool:
@@ -83,12 +86,14 @@ class ModuleAdapter:
             # A single-turn environment ends after the first reply: grade it and stop.
             return StepResult(None, self.obj.reward(turns[0] if turns else "", task.answer))
         result = self.obj.step(list(turns), task.answer)
-        if not (isinstance(result, tuple | list) and len(result) == 2):
-            raise TypeError("step(turns, answer) must return (next message or None, reward so far)")
-        message, reward = result
+        if not (isinstance(result, tuple | list) and len(result) in (2, 3)):
+            raise TypeError("step(turns, answer) must return (next message or None, reward so far[, role])")
+        message, reward, role = (*result, "user") if len(result) == 2 else result
         if message is not None and not isinstance(message, str):
             raise TypeError(f"step returned a next message of type {type(message).__name__}; expected str or None")
-        return StepResult(message, reward)
+        if role not in ROLES:
+            raise TypeError(f"step returned the role {role!r}; expected one of {', '.join(ROLES)}")
+        return StepResult(message, reward, role)
 
     def extracted(self, completion: str) -> str | None:
         return None
