@@ -26,6 +26,8 @@ from pydantic.alias_generators import to_camel
 
 from nodus.errors import ConfigError
 
+from ..session.cost import parse_usd
+
 API_VERSION: Final = "nodus.dev/workload/v1"
 WorkloadKind = Literal["TrainingJob", "Job"]
 HOST_HINT_SCHEME: Final = "file://"
@@ -145,7 +147,7 @@ class Workload(WorkloadModel):
     def _money_and_command(self) -> Workload:
         for what, value in (("pricePerHourUSD", self.price_per_hour_usd), ("maxCostUSD", self.max_cost_usd)):
             if value is not None:
-                _usd(value, f"workload {self.key.name}: {what}")
+                parse_usd(value, f"workload {self.key.name}: {what}")
         if not all(part for part in self.command):
             raise ConfigError(f"workload {self.key.name}: command must be a list of non-empty strings")
         return self
@@ -160,11 +162,11 @@ class Workload(WorkloadModel):
 
     @property
     def max_cost(self) -> Decimal | None:
-        return None if self.max_cost_usd is None else _usd(self.max_cost_usd, "maxCostUSD")
+        return None if self.max_cost_usd is None else parse_usd(self.max_cost_usd, "maxCostUSD")
 
     @property
     def price_per_hour(self) -> Decimal:
-        return _usd(self.price_per_hour_usd, "pricePerHourUSD")
+        return parse_usd(self.price_per_hour_usd, "pricePerHourUSD")
 
     def interval_cost(self) -> Decimal:
         """What one accounting interval costs: the most a run may go over its cap."""
@@ -181,13 +183,3 @@ class Workload(WorkloadModel):
     @classmethod
     def from_json(cls, text: str | bytes) -> Workload:
         return cls.model_validate_json(text)
-
-
-def _usd(value: str, what: str) -> Decimal:
-    try:
-        amount = Decimal(value)
-    except ArithmeticError:
-        raise ConfigError(f"{what} must be a decimal number of US dollars, got {value!r}") from None
-    if not amount.is_finite() or amount < 0:
-        raise ConfigError(f"{what} must be a finite amount of US dollars, not negative; got {value!r}")
-    return amount
