@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
 from nodus.builder.cli import main as nodus_build
@@ -87,7 +87,10 @@ def test_the_verl_example_lists_held_out_rows_without_answers_and_grades_offline
     lines = in_image(layout, tag, "nodus-env", "tasks", "--split", "test", "--seed", "0").splitlines()
     listed = [json.loads(line) for line in lines]
     # Only the held-out rows: val_files (data/test.parquet), none of train_files.
-    held_out = [user_message(r["prompt"]) for r in pq.read_table(EXAMPLES / "verl-dataset" / "data" / "test.parquet").to_pylist()]
+    held_out = [
+        user_message(r["prompt"])
+        for r in pq.read_table(EXAMPLES / "verl-dataset" / "data" / "test.parquet").to_pylist()
+    ]
     assert sorted(user_message(task["prompt"]) for task in listed) == sorted(held_out)
     assert {task["metadata"]["split"] for task in listed} == {"test"}
     # Ground truth never leaves the grader: no reward_model, no extra_info answer or question.
