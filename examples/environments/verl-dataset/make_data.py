@@ -12,11 +12,15 @@ import pyarrow.parquet as pq
 SYSTEM = "Solve the problem. End your reply with '#### ' and the number."
 
 
-def rows(split: str, count: int, seed: int) -> list[dict]:
+def rows(split: str, count: int, seed: int, seen: set[tuple[int, int]]) -> list[dict]:
+    """COUNT additions none of which is in SEEN (nodus keeps a repeated prompt once: 80 rows stay 80 tasks)."""
     rng = random.Random(seed)
     out = []
     for index in range(count):
         a, b = rng.randint(10, 99), rng.randint(10, 99)
+        while (a, b) in seen:
+            a, b = rng.randint(10, 99), rng.randint(10, 99)
+        seen.add((a, b))
         out.append(
             {
                 "data_source": "nodus/addition",
@@ -31,8 +35,9 @@ def rows(split: str, count: int, seed: int) -> list[dict]:
 
 def main(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows("train", 80, 1)), folder / "train.parquet")
-    pq.write_table(pa.Table.from_pylist(rows("test", 20, 2)), folder / "test.parquet")
+    seen: set[tuple[int, int]] = set()
+    pq.write_table(pa.Table.from_pylist(rows("train", 80, 1, seen)), folder / "train.parquet")
+    pq.write_table(pa.Table.from_pylist(rows("test", 20, 2, seen)), folder / "test.parquet")
 
 
 if __name__ == "__main__":

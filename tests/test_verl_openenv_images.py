@@ -1,0 +1,146 @@
+"""The verl and OpenEnv examples in the images nodus-build makes: held-out tasks only, no answer, grades offline.
+
+Each example (`examples/environments/verl-dataset/`: a module naming verl's parquet `train_files` / `val_files`
+and verl's `compute_score`, with `datasets` as its dependency; `examples/environments/openenv/`: an
+openenv-core 0.3 environment played in process) is built with nodus-build in process (the code path of the
+`nodus-build` CLI), then `nodus-env tasks` and `nodus-env grade` run in the built image with `--network=none`.
+The adapters' other cases (every fifth row held out, a raising reward, SkyRL rows, the determinism check) are
+tested in process in `images/env-base/tests/test_verl.py` and `test_openenv_skyrl.py`.
+
+Needs podman and the base image (`base_reference`); installing the package's dependencies into the image
+(`datasets` and pyarrow, `openenv-core` and its web stack) is most of each build's time.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+import pytest
+
+from nodus.builder.cli import main as nodus_build
+from nodus.builder.store import Store
+
+pytestmark = [pytest.mark.podman, pytest.mark.slow]
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "environments"
+PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
+RUN = [*PODMAN, "run", "--rm", "--network=none", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1000:1000"]
+# What a task line's metadata may carry of a verl row (the adapter's public keys); never the answer.
+PUBLIC_METADATA = {"data_source", "ability", "index", "split"}
+ADDITION = re.compile(r"What is (\d+) \+ (\d+)\?")
+
+
+def build(example: str, project: Path, base: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """The example copied into PROJECT, then `nodus-build PROJECT --json` in process, with no network for the
+    build's steps: its one result row."""
+    shutil.copytree(EXAMPLES / example, project / example, ignore=shutil.ignore_patterns("__pycache__"))
+    flags = ["--network", "none", "--base", base, "--lock", str(project / "nodus.lock")]
+    with pytest.raises(SystemExit) as exited:
+        nodus_build([str(project), *flags, "--state-dir", str(project / ".nodus"), "--json"])
+    output = json.loads(capsys.readouterr().out)
+    assert exited.value.code == 0, output
+    (row,) = output["results"]
+    assert row["status"] == "built", row
+    return dict(row)
+
+
+def image_layout(project: Path, tmp_path: Path) -> Path:
+    """The project's image layout under a plain lower-case name (podman names `oci:` images after the path)."""
+    layout = tmp_path / "layout-link"
+    layout.symlink_to(Store(project / ".nodus").images, target_is_directory=True)
+    return layout
+
+
+def in_image(layout: Path, tag: str, *command: str, stdin: str = "") -> str:
+    """COMMAND in the image TAG as the grader's uid, with no network, STDIN as its input: its stdout."""
+    result = subprocess.run(
+        [*RUN, "-i", "--user", "10001:10001", "--entrypoint", command[0], f"oci:{layout}:{tag}", *command[1:]],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def user_message(prompt: list[dict[str, str]]) -> str:
+    (content,) = [m["content"] for m in prompt if m["role"] == "user"]
+    return content
+
+
+def test_the_verl_example_lists_held_out_rows_without_answers_and_grades_offline_in_its_image(
+    tmp_path: Path, base_reference: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project = tmp_path / "project"
+    row = build("verl-dataset", project, base_reference, capsys)
+    assert row["splits"] == {"train": 80, "test": 20}
+    layout, tag = image_layout(project, tmp_path), "env-addition-verl-1.0.0"
+
+    lines = in_image(layout, tag, "nodus-env", "tasks", "--split", "test", "--seed", "0").splitlines()
+    listed = [json.loads(line) for line in lines]
+    # Only the held-out rows: val_files (data/test.parquet), none of train_files.
+    held_out = [
+        user_message(r["prompt"])
+        for r in pq.read_table(EXAMPLES / "verl-dataset" / "data" / "test.parquet").to_pylist()
+    ]
+    assert sorted(user_message(task["prompt"]) for task in listed) == sorted(held_out)
+    assert {task["metadata"]["split"] for task in listed} == {"test"}
+    # Ground truth never leaves the grader: no reward_model, no extra_info answer or question.
+    for line, task in zip(lines, listed, strict=True):
+        assert set(task) == {"taskId", "prompt", "metadata"}, line
+        assert set(task["metadata"]) <= PUBLIC_METADATA, line
+        assert not any(word in line for word in ("reward_model", "ground_truth", "answer", "question")), line
+
+    first = listed[0]
+    match = ADDITION.search(user_message(first["prompt"]))
+    assert match is not None
+    total = int(match[1]) + int(match[2])
+    replies = [f"{match[1]} plus {match[2]} is {total}.\n#### {total}", f"#### {total + 1}", "I do not know."]
+    stdin = "".join(json.dumps({"taskId": first["taskId"], "completion": reply}) + "\n" for reply in replies)
+    graded = [json.loads(line) for line in in_image(layout, tag, "nodus-env", "grade", stdin=stdin).splitlines()]
+    assert [line["verdict"] for line in graded] == ["Correct", "Incorrect", "InvalidOutput"], graded
+    assert [line["reward"] for line in graded] == [1.0, 0.0, 0.0], graded
+
+
+def secret(seed: int) -> int:
+    """guess_number.py's secret for a seed (its `random.Random(seed).randint(1, 50)`)."""
+    return random.Random(seed).randint(1, 50)
+
+
+def test_the_openenv_example_lists_held_out_seeds_without_secrets_and_plays_offline_in_its_image(
+    tmp_path: Path, base_reference: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project = tmp_path / "project"
+    row = build("openenv", project, base_reference, capsys)
+    assert row["splits"] == {"train": 800, "test": 200}
+    layout, tag = image_layout(project, tmp_path), "env-guess-number-1.0.0"
+
+    lines = in_image(layout, tag, "nodus-env", "tasks", "--split", "test", "--seed", "0").splitlines()
+    listed = [json.loads(line) for line in lines]
+    # Only the held-out seeds (800-999); a task line carries its seed, never the secret or the state.
+    assert sorted(task["metadata"]["seed"] for task in listed) == list(range(800, 1000))
+    for line, task in zip(lines, listed, strict=True):
+        assert set(task) == {"taskId", "prompt", "metadata"} and set(task["metadata"]) == {"seed"}, line
+        assert "secret" not in line and "guesses" not in line, line
+
+    task, seed = listed[0]["taskId"], listed[0]["metadata"]["seed"]
+    right = secret(seed)
+    wrong = [n for n in range(1, 51) if n != right][:4]
+    requests = [
+        {"taskId": task, "completion": f"My guess: [{right}]"},
+        {"taskId": task, "turns": [f"[{n}]" for n in wrong]},  # four wrong guesses: the episode is over
+        {"taskId": task, "completion": "twenty-five"},
+        {"taskId": task, "turns": [f"[{wrong[0]}]", f"[{right}]"]},  # replayed from reset(seed), then won
+    ]
+    stdin = "".join(json.dumps(request) + "\n" for request in requests)
+    graded = [json.loads(line) for line in in_image(layout, tag, "nodus-env", "grade", stdin=stdin).splitlines()]
+    assert [line["verdict"] for line in graded] == ["Correct", "Incorrect", "InvalidOutput", "Correct"], graded
+    assert [line.get("done", True) for line in graded] == [True, True, True, True], graded
