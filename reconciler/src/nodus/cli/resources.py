@@ -207,7 +207,7 @@ def get(
 
 def _is_catalog(kind: str, namespace: str | None) -> bool:
     """`nodus get environments -n nodus`: the catalog's Environments, listed whole (`views.catalog`)."""
-    from nodus.reconciler.planning.managed_environments import MANAGED_PROJECT
+    from nodus.reconciler.planning.managed_files import MANAGED_PROJECT
 
     return kind == "Environment" and namespace == MANAGED_PROJECT
 
@@ -315,7 +315,8 @@ def _describe_catalog(project: Project, store: StateStore, name: str, record: Re
     """`describe environment/NAME -n nodus`: the catalog entry (summary, licence, splits, a sample task, graders,
     examples), then the store's status and events when a job of this project has named it."""
     from nodus.builder.lockfile import Lock
-    from nodus.reconciler.planning.managed_environments import MANAGED_PROJECT, read_catalog
+    from nodus.reconciler.planning.managed_environments import read_catalog
+    from nodus.reconciler.planning.managed_files import MANAGED_PROJECT
     from nodus.reconciler.views.catalog import catalog_records, describe_lines
 
     catalog, _ = read_catalog()

@@ -27,11 +27,11 @@ from typing import Final
 from nodus.errors import ConfigError, SpecError
 from nodus.reconciler.planning.desired import Desired, desired_from
 from nodus.reconciler.planning.managed_environments import with_managed_environments
+from nodus.reconciler.planning.managed_files import MANAGED_PROJECT, read_managed
 from nodus.reconciler.references import runtime_key
 from nodus.reconciler.state.records import ResourceKey
 from nodus.specs.parse import parse_resources
 
-MANAGED_PROJECT: Final = "nodus"
 RUNTIMES_DIR_VARIABLE: Final = "NODUS_RUNTIMES_DIR"
 SOURCE_PREFIX: Final = "managed:runtimes/"
 DISTRIBUTION: Final = "nodus-runtimes"
@@ -71,19 +71,10 @@ def read_catalog(folders: Iterable[Path] | None = None) -> tuple[dict[ResourceKe
     """Every managed runtime in the catalog folders by key (the first folder wins), and the problems of the
     catalog files that could not be read (`file:line:col: ...`, one line each)."""
     found: dict[ResourceKey, Desired] = {}
-    problems: list[str] = []
-    for folder in catalog_folders() if folders is None else folders:
-        for path in sorted(folder.glob("*.yaml")):
-            result = parse_resources([path])
-            if not result.ok:
-                problems += [str(problem) for problem in result.errors]
-                continue
-            for item in desired_from(result.resources):
-                if item.key.kind != "TrainingRuntime" or item.key.project != MANAGED_PROJECT:
-                    continue
-                if not item.document["spec"].get("managed"):
-                    continue
-                found.setdefault(item.key, dataclasses.replace(item, source=f"{SOURCE_PREFIX}{path.name}"))
+    items, problems = read_managed(catalog_folders() if folders is None else folders, "*.yaml", "TrainingRuntime")
+    for path, item in items:
+        if item.document["spec"].get("managed"):
+            found.setdefault(item.key, dataclasses.replace(item, source=f"{SOURCE_PREFIX}{path.name}"))
     return found, problems
 
 

@@ -26,12 +26,11 @@ from pathlib import Path
 from typing import Final
 
 from nodus.errors import SpecError
-from nodus.reconciler.planning.desired import Desired, desired_from
+from nodus.reconciler.planning.desired import Desired
+from nodus.reconciler.planning.managed_files import MANAGED_PROJECT, read_managed
 from nodus.reconciler.references import environment_ref, split_ref
 from nodus.reconciler.state.records import DEFAULT_PROJECT, JSONObject, ResourceKey
-from nodus.specs.parse import parse_resources
 
-MANAGED_PROJECT: Final = "nodus"
 CATALOG_DIR_VARIABLE: Final = "NODUS_CATALOG_DIR"
 SOURCE_PREFIX: Final = "managed:catalog/"
 ENVIRONMENT_FILE: Final = "environment.yaml"
@@ -68,18 +67,12 @@ def read_catalog(folders: Iterable[Path] | None = None) -> tuple[dict[ResourceKe
     """Every catalog Environment by key (the first folder wins), and the problems of the catalog files that could
     not be read (`file:line:col: ...`, one line each)."""
     found: dict[ResourceKey, CatalogEnvironment] = {}
-    problems: list[str] = []
-    for folder in catalog_folders() if folders is None else folders:
-        for path in sorted(folder.glob(f"*/{ENVIRONMENT_FILE}")):
-            result = parse_resources([path])
-            if not result.ok:
-                problems += [str(problem) for problem in result.errors]
-                continue
-            for item in desired_from(result.resources):
-                if item.key.kind != "Environment" or item.key.project != MANAGED_PROJECT:
-                    continue
-                source = f"{SOURCE_PREFIX}{path.parent.name}/{path.name}"
-                found.setdefault(item.key, CatalogEnvironment(dataclasses.replace(item, source=source), path))
+    items, problems = read_managed(
+        catalog_folders() if folders is None else folders, f"*/{ENVIRONMENT_FILE}", "Environment"
+    )
+    for path, item in items:
+        source = f"{SOURCE_PREFIX}{path.parent.name}/{path.name}"
+        found.setdefault(item.key, CatalogEnvironment(dataclasses.replace(item, source=source), path))
     return found, problems
 
 
