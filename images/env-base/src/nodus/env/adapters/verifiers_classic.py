@@ -355,7 +355,12 @@ def _make_replay_client(base: type, types: Any, turns: list[str], with_tools: bo
             return messages, {}
 
         async def get_native_response(self, *args: Any, **kwargs: Any) -> Any:
-            raise NotImplementedError
+            # The replay answers every model call itself (`get_response`); verifiers asking this means a version
+            # whose rollout calls the model another way, which grading (no network, no model) cannot serve.
+            raise AdapterError(
+                "verifiers asked the replay client for a model response by a path nodus does not replay "
+                "(get_native_response); this verifiers version is not supported"
+            )
 
         async def raise_from_native_response(self, response: Any) -> None:
             return None
