@@ -95,6 +95,26 @@ def test_a_published_version_never_gets_another_image(tmp_path: Path) -> None:
     assert kept is not None and kept.image == _digest("1")
 
 
+def test_another_projects_version_of_a_name_is_its_own_entry(tmp_path: Path) -> None:
+    """The catalog's nodus/gsm8k@1.0.0 and the project's own gsm8k@1.0.0 share a lock without one refusing the
+    other's image: the catalog's is keyed `nodus/gsm8k@1.0.0`, the default project's as before."""
+    path = tmp_path / "nodus.lock"
+    path.write_text(EDITED, encoding="utf-8")
+    lock = Lock.load(path)
+    lock.record("gsm8k", "1.0.0", _entry(image="a", key="9"), project="nodus")  # no BuildError: another entry
+    lock.save()
+    again = Lock.load(path)
+    catalog, own = again.get("gsm8k", "1.0.0", "nodus"), again.get("gsm8k", "1.0.0")
+    assert catalog is not None and catalog.image == _digest("a")
+    assert own is not None and own.image == _digest("1")
+    assert again.get("gsm8k", "1.0.0", "default") == own  # `default` is the unprefixed key
+    assert again.is_current("gsm8k", "1.0.0", _digest("9"), "nodus") and not again.is_current(
+        "gsm8k", "1.0.0", _digest("9")
+    )
+    assert "  nodus/gsm8k@1.0.0:" in path.read_text(encoding="utf-8")
+    assert "# pinned in the 2025 report" in path.read_text(encoding="utf-8")
+
+
 def test_is_current_compares_the_build_spec_key(tmp_path: Path) -> None:
     path = tmp_path / "nodus.lock"
     path.write_text(EDITED, encoding="utf-8")

@@ -65,7 +65,7 @@ def test_catalog_plans_match_golden_files(catalog_dir: Path, golden_dir: Path, g
 
 def test_golden_files_hold_what_the_image_needs(golden_dir: Path) -> None:
     arithmetic = json.loads((golden_dir / "arithmetic.json").read_text(encoding="utf-8"))
-    assert arithmetic["image"]["tag"] == "env-arithmetic-2.0.0"
+    assert arithmetic["image"]["tag"] == "env-nodus.arithmetic-2.0.0"  # the catalog is project nodus
     assert arithmetic["image"]["env"]["NODUS_ENVIRONMENT_LOADER"] == "arithmetic_env:load_environment"
     assert arithmetic["image"]["env"]["HF_DATASETS_OFFLINE"] == "1"
     assert arithmetic["image"]["labels"]["org.opencontainers.image.base.digest"] == arithmetic["base"]["digest"]

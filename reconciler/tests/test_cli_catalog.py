@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from nodus.builder.lockfile import Lock
 from nodus.builder.store import Store
 from nodus.cli.main import cli
+from nodus.reconciler.controllers.environment import environment_status
 from nodus.reconciler.planning.managed_environments import read_catalog
 from nodus.reconciler.state.records import ResourceKey, ResourceRecord
 from nodus.reconciler.views.catalog import describe_lines
@@ -72,6 +74,19 @@ def test_get_environments_in_project_nodus_lists_the_catalog_in_the_seeds_table(
     assert code == 0 and "2.0.0" in out and "Math" in out
     code, out, err = nodus("get", "environments", "nothing", "-n", "nodus")
     assert code != 0 and "the catalog has: arithmetic" in out + err
+
+
+def test_the_projects_own_gsm8k_in_nodus_lock_is_not_the_catalogs(project: Path) -> None:
+    """nodus.lock keys the catalog's versions `nodus/NAME@VERSION`: an entry of the project's own gsm8k@1.0.0
+    (built from the user's files) is not the catalog's nodus/gsm8k@1.0.0, and the other way round."""
+    digest = "sha256:" + "1" * 64
+    entry = f"image: {digest}, base: {digest}, requirements: {digest}, key: {digest}, builder: 0.1.0"
+    (project / "nodus.lock").write_text(f"lockfileVersion: 1\nenvironments:\n  gsm8k@1.0.0: {{{entry}}}\n")
+    lock, images = Lock.load(project / "nodus.lock"), project / ".nodus" / "images"
+    own = {"metadata": {"name": "gsm8k", "project": "default"}, "spec": {"version": "1.0.0"}}
+    catalog = {"metadata": {"name": "gsm8k", "project": "nodus"}, "spec": {"version": "1.0.0"}}
+    assert environment_status(own, lock=lock, images=images)["reason"] == "ImageMissing"  # its entry, no image
+    assert environment_status(catalog, lock=lock, images=images)["reason"] == "ImageNotBuilt"  # no entry of its own
 
 
 def test_describe_a_catalog_environment(project: Path) -> None:

@@ -49,8 +49,10 @@ def test_train_builds_the_packaged_environment_once_admission_passes(
 ) -> None:
     seen: dict[str, object] = {}
 
-    def no_build(where: Project, spec_file: Path, name: str, version: str, options: rl.Options) -> None:
-        seen.update(spec_file=spec_file, name=name, version=version)
+    def no_build(
+        where: Project, spec_file: Path, name: str, version: str, options: rl.Options, namespace: str | None = None
+    ) -> None:
+        seen.update(spec_file=spec_file, name=name, version=version, namespace=namespace)
         raise ConfigError("stopped where the build starts")
 
     monkeypatch.setattr(jobs, "ensure_built", no_build)

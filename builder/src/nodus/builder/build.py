@@ -64,6 +64,7 @@ from nodus.builder.plan import (
     BuildSpec,
     LockedRequirements,
     PathSource,
+    image_tag,
     package_folder,
     plan,
     source_digest,
@@ -299,7 +300,7 @@ def build_environment(
     report(name, "plan", "locking requirements, hashing the package")
     build, folder, _index = plan_environment(environment, spec_file, store=store, base=base.pinned, options=options)
     result = BuildResult(name, version, str(spec_file), "built", tag=build.image.tag, key=build.key)
-    entry = lock.get(name, version)
+    entry = lock.get(name, version, environment.metadata.project)
     if options.check_only:
         result.status = "current" if entry is not None and entry.key == build.key else "stale"
         if entry is not None:
@@ -309,7 +310,7 @@ def build_environment(
     if cached is not None and tagged(store.images, build.image.tag) == cached.get("image"):
         _fill(result, cached)
         result.status = "cached"
-        _record(lock, build, result)
+        _record(lock, build, result, environment.metadata.project)
         return result
     return _build(build, parsed, folder, store=store, lock=lock, base=base, options=options, report=report)
 
@@ -363,6 +364,7 @@ def _build(
     report: Reporter,
 ) -> BuildResult:
     name, version = build.environment, build.version
+    project = parsed.resource.metadata.project
     spec_file = Path(parsed.source.file)
     assert base.image is not None  # only --check goes without the base image, and it never builds
     with store.scratch(f"build-{name}") as scratch:
@@ -407,7 +409,7 @@ def _build(
                 result = BuildResult(name, version, str(spec_file), "built", tag=build.image.tag, key=build.key)
                 result.image, result.splits, result.manifests = final.manifest_digest, splits, digests
                 # The lock first: a published version that would change digest is refused before it is tagged.
-                _record(lock, build, result)
+                _record(lock, build, result, project)
                 tag_manifest(store.images, build.image.tag, resolve(store.images, final.tag))
                 if options.provenance:
                     report(name, "provenance", "in-toto SLSA v1 statement beside the image")
@@ -612,7 +614,7 @@ def _fill(result: BuildResult, record: Mapping[str, Any]) -> None:
     result.manifests = dict(record.get("manifests") or {})
 
 
-def _record(lock: Lock, build: BuildSpec, result: BuildResult) -> None:
+def _record(lock: Lock, build: BuildSpec, result: BuildResult, project: str | None) -> None:
     lock.record(
         build.environment,
         build.version,
@@ -627,6 +629,7 @@ def _record(lock: Lock, build: BuildSpec, result: BuildResult) -> None:
             source=build.package.digest if isinstance(build.package, PathSource) else "",
             indexes=dict(build.requirements.indexes),
         ),
+        project,
     )
 
 
@@ -660,9 +663,9 @@ def verify_prebuilt(
     name, version = environment.metadata.name, environment.spec.version
     reference = environment.spec.package.image
     repository, _, digest = reference.partition("@")
-    tag = f"env-{name}-{version.replace('+', '_')}"
+    tag = image_tag(name, version, environment.metadata.project)
     result = BuildResult(name, version, parsed.source.file, "verified", tag=tag, image=digest, key=digest)
-    entry = lock.get(name, version)
+    entry = lock.get(name, version, environment.metadata.project)
     if options.check_only:
         result.status = "current" if entry is not None and entry.image == digest else "stale"
         return result
@@ -707,6 +710,7 @@ def verify_prebuilt(
             manifests=result.manifests,
             builder=builder_version(),
         ),
+        environment.metadata.project,
     )
     return result
 

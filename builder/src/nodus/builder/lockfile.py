@@ -12,7 +12,8 @@ The file is YAML, kept in git beside the specs and reviewed like them:
       reference: nodus/env-base:0.1.0
       digest: sha256:...
     environments:
-      arithmetic@2.0.0:
+      arithmetic@2.0.0:          # an Environment of the default project: name@version
+      # nodus/gsm8k@1.0.0:       # of another project (the catalog's is `nodus`): project/name@version
         image: sha256:...        # the image's manifest digest: what a published version *is*
         base: sha256:...         # the base image it was built on
         requirements: sha256:... # the locked requirements file
@@ -25,7 +26,9 @@ The file is YAML, kept in git beside the specs and reviewed like them:
 
 It is read and written in ruamel.yaml's round-trip mode, so people's comments, key order and top-level
 keys this module does not know survive a record and save. A published name@version never changes its
-image: `record` refuses a different digest for it (publish a new version instead).
+image: `record` refuses a different digest for it (publish a new version instead). An Environment of a project other
+than `default` (the catalog's `nodus`) is keyed `project/name@version`, so a project's own `gsm8k@1.0.0` and the
+catalog's `nodus/gsm8k@1.0.0` are two entries of one lock rather than one entry two builds fight over.
 """
 
 from __future__ import annotations
@@ -48,8 +51,18 @@ from nodus.errors import BuildError, ConfigError
 LOCKFILE_VERSION = 1
 HEADER = "nodus.lock: the image of each Environment version, written by nodus-build (comments are kept)."
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-# name@version: a DNS label, then a semantic version (checked loosely: the specs validated it when built).
-_ENTRY_KEY = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?@[0-9][0-9A-Za-z.+-]*")
+# [project/]name@version: DNS labels, then a semantic version (checked loosely: the specs validated it when built).
+_ENTRY_KEY = re.compile(r"([a-z0-9]([a-z0-9-]*[a-z0-9])?/)?[a-z0-9]([a-z0-9-]*[a-z0-9])?@[0-9][0-9A-Za-z.+-]*")
+DEFAULT_PROJECT = "default"
+"""The project whose Environments are keyed `name@version` (every other project's: `project/name@version`)."""
+
+
+def entry_key(name: str, version: str, project: str | None = None) -> str:
+    """The key of name@version of `project` in `environments` (None or `default`: no project prefix)."""
+    prefix = f"{project}/" if project and project != DEFAULT_PROJECT else ""
+    return f"{prefix}{name}@{version}"
+
+
 _FIELDS = ("image", "base", "requirements", "key", "splits", "manifests", "builder", "source", "indexes")
 _OPTIONAL = frozenset({"source", "indexes"})
 """Fields added after lockfileVersion 1 was first written: left out when empty, read as empty when absent, so
@@ -186,7 +199,7 @@ class Lock:
         for key, value in environments.items():
             where = self._where(environments, key)
             if not isinstance(key, str) or not _ENTRY_KEY.fullmatch(key):
-                raise ConfigError(f"{where}: {key!r} is not name@version")
+                raise ConfigError(f"{where}: {key!r} is not name@version or project/name@version")
             if not isinstance(value, CommentedMap):
                 raise ConfigError(f"{where}: {key} must be a mapping of image, base, requirements...")
             # A bad digest is reported on its own line, where the person will look for it.
@@ -229,16 +242,16 @@ class Lock:
         )
         self.document.insert(position, "base", CommentedMap([("reference", reference), ("digest", digest)]))
 
-    def get(self, name: str, version: str) -> LockEntry | None:
-        """The entry for name@version, or None when it was never built."""
-        value = self._environments().get(f"{name}@{version}")
+    def get(self, name: str, version: str, project: str | None = None) -> LockEntry | None:
+        """The entry for name@version of `project` (`entry_key`), or None when it was never built."""
+        value = self._environments().get(entry_key(name, version, project))
         return None if value is None else _entry(value)
 
-    def record(self, name: str, version: str, entry: LockEntry) -> None:
+    def record(self, name: str, version: str, entry: LockEntry, project: str | None = None) -> None:
         """Records a build; a published name@version whose image digest would change is refused."""
-        key = f"{name}@{version}"
+        key = entry_key(name, version, project)
         if not _ENTRY_KEY.fullmatch(key):
-            raise ConfigError(f"{key!r} is not name@version")
+            raise ConfigError(f"{key!r} is not name@version or project/name@version")
         environments = self._environments()
         current = environments.get(key)
         if current is None:
@@ -258,15 +271,15 @@ class Lock:
                 continue
             current[field_name] = entry._yaml_value(field_name)
 
-    def is_current(self, name: str, version: str, build_spec_key: str) -> bool:
+    def is_current(self, name: str, version: str, build_spec_key: str, project: str | None = None) -> bool:
         """True when name@version was built from a BuildSpec with this key (nothing to rebuild)."""
-        entry = self.get(name, version)
+        entry = self.get(name, version, project)
         return entry is not None and entry.key == build_spec_key
 
-    def source_changed(self, name: str, version: str, digest: str) -> bool:
+    def source_changed(self, name: str, version: str, digest: str, project: str | None = None) -> bool:
         """True when name@version was built from a package folder whose recorded source digest is not `digest`
         (its code was edited since the build); False when it matches, or the entry records no source."""
-        entry = self.get(name, version)
+        entry = self.get(name, version, project)
         return entry is not None and bool(entry.source) and entry.source != digest
 
     def dumps(self) -> str:

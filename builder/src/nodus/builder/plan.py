@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from nodus.builder.lockfile import DEFAULT_PROJECT
 from nodus.builder.oci import canonical_json, check_tag, sha256_digest
 from nodus.builder.package_files import package_files
 from nodus.errors import BuildError, ConfigError
@@ -274,6 +275,16 @@ class BuildSpec:
         return tuple(f"{split}/{seed}" for split in self.splits for seed in self.seeds)
 
 
+def image_tag(name: str, version: str, project: str | None = None) -> str:
+    """The local store's tag of an Environment version: `env-NAME-VERSION`, or `env-PROJECT.NAME-VERSION` for a
+    project other than `default` (the catalog's `nodus`), so a project's own gsm8k@1.0.0 and the catalog's never
+    take each other's tag (a DNS label has no dot, so no name of the default project reads as one of another)."""
+    # Versions with build metadata (1.0.0+abc) are valid SemVer, but `+` is not allowed in an image tag;
+    # `_` is, and cannot appear in a SemVer, so the mapping is one to one.
+    prefix = f"{project}." if project and project != DEFAULT_PROJECT else ""
+    return check_tag(f"env-{prefix}{name}-{version.replace('+', '_')}")
+
+
 def package_folder(environment: Environment, spec_dir: Path) -> Path | None:
     """The package folder of a path package (normalised, not resolved: no I/O), None for pip and image."""
     path = environment.spec.package.path
@@ -326,9 +337,7 @@ def plan(
         raise ConfigError(f"seeds must be non-negative integers (got {list(seeds)})")
     if not splits or len(set(splits)) != len(splits) or not all(_SPLIT.fullmatch(s) for s in splits):
         raise ConfigError(f"splits must be distinct lower-case names such as train and test (got {list(splits)})")
-    # Versions with build metadata (1.0.0+abc) are valid SemVer, but `+` is not allowed in an image tag;
-    # `_` is, and cannot appear in a SemVer, so the mapping is one to one.
-    tag = check_tag(f"env-{name}-{spec.version.replace('+', '_')}")
+    tag = image_tag(name, spec.version, environment.metadata.project)
     env = {
         "NODUS_ENVIRONMENT": name,
         "NODUS_ENVIRONMENT_VERSION": spec.version,

@@ -79,15 +79,18 @@ def desired_from_file(file: Path) -> list[Desired]:
     return desired_from(result.resources)
 
 
-def is_built(project: Project, name: str, version: str) -> bool:
-    """Whether nodus.lock has the Environment version and the local image store has its image."""
-    entry = Lock.load(project.lock_path).get(name, version)
+def is_built(project: Project, name: str, version: str, namespace: str | None = None) -> bool:
+    """Whether nodus.lock has the Environment version (of project `namespace`) and the local image store has its
+    image."""
+    entry = Lock.load(project.lock_path).get(name, version, namespace)
     return entry is not None and bool(tags_of(project.files.images, entry.image))
 
 
-def ensure_built(project: Project, spec_file: Path, name: str, version: str, options: Options) -> None:
-    """Build the Environment of `spec_file` with nodus-build unless its image is there already."""
-    if is_built(project, name, version):
+def ensure_built(
+    project: Project, spec_file: Path, name: str, version: str, options: Options, namespace: str | None = None
+) -> None:
+    """Build the Environment of `spec_file` (of project `namespace`) with nodus-build unless its image is there."""
+    if is_built(project, name, version, namespace):
         return
     options.report(f"Environment/{name}: building its grader image (nodus-build)")
     results = build_paths(

@@ -190,7 +190,10 @@ class RecipeJob:
         if refused:  # before a build: a job that would be refused costs nothing, not minutes of building
             raise SpecError(refused, hint="nothing was applied; fix the recipe's arguments and run again")
         if self.packaged is not None:
-            ensure_built(project, self.packaged.spec_file, self.packaged.name, self.packaged.version, self.options)
+            packaged = self.packaged
+            ensure_built(
+                project, packaged.spec_file, packaged.name, packaged.version, self.options, namespace=packaged.project
+            )
         key = ResourceKey("TrainingJob", self.project, name)
 
         def same_run_only(planned: Plan) -> None:

@@ -321,7 +321,7 @@ def _environment_blocking(
     stored_same = record is not None and record.spec.get("spec", {}).get("version") == version
     if stored_same and record is not None and record.status.get("phase") == Phase.READY:
         return []
-    entry = Lock.load(context.project.lock_path).get(key.name, version)
+    entry = Lock.load(context.project.lock_path).get(key.name, version, key.project)
     if entry is not None and tags_of(context.project.files.images, entry.image):
         return []
     why = "not built" if entry is None else f"built, but image {entry.image} is not in the local store"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nodus.builder import host_programs
-from nodus.builder.lockfile import Lock
+from nodus.builder.lockfile import DEFAULT_PROJECT, Lock
 from nodus.builder.oci import read_image, tags_of
 from nodus.builder.sandbox import load_image
 from nodus.errors import BuildError
@@ -34,7 +34,7 @@ Builder = Callable[[Path], tuple[bool, str]]
 def environment_status(document: JSONObject, *, lock: Lock, images: Path) -> JSONObject:
     """The status of an Environment (its normalised document) from nodus.lock and the local image store."""
     name, version = document["metadata"]["name"], document["spec"]["version"]
-    entry = lock.get(name, version)
+    entry = lock.get(name, version, document["metadata"].get("project"))
     if entry is None:
         return {
             "phase": Phase.PENDING,
@@ -71,7 +71,15 @@ def load_for_graders(images: Path, document: JSONObject, tag: str) -> JSONObject
     if host_programs.which("podman") is None:
         message = f"podman is not installed ({PODMAN_HINT})"
         return {"sandbox": {"mode": "process", "reason": NO_CONTAINER_RUNTIME, "message": message}}
-    name = f"localhost/nodus-env/{document['metadata']['name']}:{document['spec']['version'].replace('+', '_')}"
+    project = document["metadata"].get("project")
+    # Another project's Environment (the catalog's nodus/gsm8k) is a repository of its own: never the same name as
+    # the default project's gsm8k, whose image podman would otherwise swap under a running grader.
+    repository = (
+        document["metadata"]["name"]
+        if project in (None, DEFAULT_PROJECT)
+        else f"{project}/{document['metadata']['name']}"
+    )
+    name = f"localhost/nodus-env/{repository}:{document['spec']['version'].replace('+', '_')}"
     config = read_image(images, tag).ref.config_digest
     try:
         load_image(images, tag, name, config)

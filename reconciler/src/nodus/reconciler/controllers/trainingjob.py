@@ -318,7 +318,9 @@ def resources_of(spec: JSONObject) -> Resources | None:
 def package_source_digest(project: Project, environment: ResourceRecord) -> str | None:
     """The source digest nodus-build recorded in nodus.lock for the Environment's path package (None for pip and
     image packages, and for an entry written before nodus-build recorded it)."""
-    entry = Lock.load(project.lock_path).get(environment.key.name, environment.spec["spec"]["version"])
+    entry = Lock.load(project.lock_path).get(
+        environment.key.name, environment.spec["spec"]["version"], environment.key.project
+    )
     return (entry.source or None) if entry is not None else None
 
 

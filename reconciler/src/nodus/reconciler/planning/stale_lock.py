@@ -35,13 +35,13 @@ def stale_sources(desired: Iterable[Desired], lock_path: Path) -> list[str]:
         if not isinstance(resource, Environment):
             continue
         name, version = resource.metadata.name, resource.spec.version
-        entry = lock.get(name, version)
+        entry = lock.get(name, version, item.key.project)
         spec_file = Path(item.source.rsplit(":", 1)[0])
         folder = package_folder(resource, spec_file.parent)
         if entry is None or not entry.source or folder is None or not folder.is_dir():
             continue
         digest = source_digest(folder, skip=_spec_file_in(folder, spec_file))
-        if lock.source_changed(name, version, digest):
+        if lock.source_changed(name, version, digest, item.key.project):
             found.append(
                 f"{spec_file}: Environment/{name}: spec.version: the package's files in {folder} changed since "
                 f"{name}@{version} was built (nodus.lock records source {entry.source[:19]}, the files are "

@@ -44,7 +44,7 @@ COLUMNS: list[Column] = [
 def unstored_status(document: JSONObject, *, lock: Lock, images: Path) -> JSONObject:
     """What the Environment controller would find for a catalog entry the store does not hold, read only."""
     name, version = document["metadata"]["name"], document["spec"]["version"]
-    entry = lock.get(name, version)
+    entry = lock.get(name, version, document["metadata"].get("project"))
     if entry is None or not tags_of(images, entry.image):
         message = f"not built yet: the first apply of a job naming nodus/{name}@{version} builds it"
         return {"phase": Phase.PENDING, "reason": Reason.IMAGE_NOT_BUILT, "message": message}
