@@ -89,7 +89,7 @@ def test_plan_apply_wait_get_then_nothing_to_do(project: Path) -> None:
     from nodus.builder.lockfile import Lock
     from nodus.builder.store import Store
 
-    entry = Lock.load(project / "nodus.lock").get("arithmetic", "2.0.0")
+    entry = Lock.load(project / "nodus.lock").get("arithmetic", "2.0.0", "nodus")  # the catalog's copy: project nodus
     assert entry is not None
     manifest = project / ".nodus" / "manifests" / "by-environment" / "nodus-arithmetic@2.0.0" / "train-42.jsonl"
     assert manifest.read_bytes() == Store(project / ".nodus").manifest(entry.manifests["train/42"])

@@ -478,7 +478,7 @@ def test_a_pull_request_builds_what_changed_comments_its_plan_and_applies_after_
         ]
         for row in rows:
             assert row["pushed"] == f"{registry}@{row['image']}"
-            assert resolve_tag(RegistryRef.parse(registry), f"env-{row['name']}-{row['version']}") == row["image"]
+            assert resolve_tag(RegistryRef.parse(registry), row["tag"]) == row["image"]
         team.developer_builds()
         locked = team.commit("nodus.lock: the images")
         assert built(team.push("main", locked, before=first)) == []  # only the lock changed: nothing to build
@@ -495,7 +495,9 @@ def test_a_pull_request_builds_what_changed_comments_its_plan_and_applies_after_
         change = team.commit("arithmetic 2.1.0 and a GRPO run")
         rows = built(team.push("feature", change, before=ZERO))  # a new branch: compared with where it left main
         assert [(row["name"], row["version"], row["status"]) for row in rows] == [("arithmetic", "2.1.0", "built")]
-        assert resolve_tag(RegistryRef.parse(registry), "env-arithmetic-2.1.0") == rows[0]["image"]
+        # The catalog's copy keeps `project: nodus`, so its tag names the project.
+        assert rows[0]["tag"] == "env-nodus.arithmetic-2.1.0"
+        assert resolve_tag(RegistryRef.parse(registry), rows[0]["tag"]) == rows[0]["image"]
         team.developer_builds()
         head = team.commit("nodus.lock: arithmetic 2.1.0")
         assert built(team.push("feature", head, before=change)) == []

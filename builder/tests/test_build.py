@@ -118,9 +118,9 @@ def test_catalog_builds_reproducibly_and_every_tool_accepts_the_images(
     lock = Lock.load(first / "nodus.lock")
     layout = podman_layout(store.images)
     for name, digest in digests[0].items():
-        entry = lock.get(name, "2.0.0" if name == "arithmetic" else "1.0.0")
+        entry = lock.get(name, "2.0.0" if name == "arithmetic" else "1.0.0", "nodus")  # the catalog's project
         assert entry is not None and entry.image == digest
-        tag = f"env-{name}-{'2.0.0' if name == 'arithmetic' else '1.0.0'}"
+        tag = f"env-nodus.{name}-{'2.0.0' if name == 'arithmetic' else '1.0.0'}"
         inspected = json.loads(
             subprocess.run(
                 ["skopeo", "inspect", f"oci:{store.images}:{tag}"], capture_output=True, text=True, check=True
@@ -159,8 +159,8 @@ def test_a_changed_byte_is_a_new_digest_and_refused_at_the_same_version(
     assert code == 1 and row["status"] == "failed"
     assert f"is published as image {old}" in row["error"] and "sha256:" in row["error"].split("gives")[1]
     assert "new spec.version" in row["hint"]
-    assert Lock.load(tmp_path / "nodus.lock").get("arithmetic", "2.0.0").image == old  # type: ignore[union-attr]
-    assert tagged(Store(tmp_path / ".nodus").images, "env-arithmetic-2.0.0") == old
+    assert Lock.load(tmp_path / "nodus.lock").get("arithmetic", "2.0.0", "nodus").image == old  # type: ignore[union-attr]
+    assert tagged(Store(tmp_path / ".nodus").images, "env-nodus.arithmetic-2.0.0") == old
 
     # --check sees it too, without building.
     code, output = run_build(capsys, *args, "--check")
@@ -299,8 +299,8 @@ def test_a_failing_self_check_fails_the_build_with_its_step_and_log(
     log = Path(log_path)
     assert log.is_file() and '"fixture 1 (full-reward)"' in log.read_text()
     # Nothing was published: no lock entry, no tag.
-    assert Lock.load(tmp_path / "nodus.lock").get("arithmetic", "2.0.0") is None
-    assert tagged(Store(tmp_path / ".nodus").images, "env-arithmetic-2.0.0") is None
+    assert Lock.load(tmp_path / "nodus.lock").get("arithmetic", "2.0.0", "nodus") is None
+    assert tagged(Store(tmp_path / ".nodus").images, "env-nodus.arithmetic-2.0.0") is None
 
 
 PODMAN_PROGRESS = ("Getting image source signatures", "Copying blob", "Copying config", "Writing manifest", "Storing")
