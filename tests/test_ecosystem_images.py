@@ -77,9 +77,9 @@ class Image:
     def run(self, *command: str, stdin: str = "", loader: str | None = None) -> str:
         """COMMAND in the image as the grader's uid with no network (LOADER, if given, as the loader): its stdout."""
         env = ["-e", f"NODUS_ENVIRONMENT_LOADER={loader}"] if loader else []
+        image = f"oci:{self.layout}:{self.tag}"
         result = subprocess.run(
-            [*RUN, "-i", "--user", "10001:10001", *env, "--entrypoint", command[0], f"oci:{self.layout}:{self.tag}"]
-            + list(command[1:]),
+            [*RUN, "-i", "--user", "10001:10001", *env, "--entrypoint", command[0], image, *command[1:]],
             input=stdin,
             capture_output=True,
             text=True,
