@@ -13,9 +13,9 @@ here, never part of an example) whose reward raises; it is in the same image, lo
 `NODUS_ENVIRONMENT_LOADER` for one run, and grades InfrastructureFailure. ToolEnv shares the classic verifiers
 adapter with the multi-turn game, so its raising reward is covered by the multi-turn variant.
 
-skyrl-gym's `gsm8k` scores a reply without `#### n` 0.0 and gives no other signal, so a malformed SkyRL reply is
-Incorrect, not InvalidOutput: the environment, not nodus, decides (as images/env-base/tests/test_openenv_skyrl.py
-shows in process).
+skyrl-gym's `gsm8k` scores a reply without `#### n` 0.0, as it scores a wrong number; the adapter asks the
+environment's own parser (`skyrl_gym.envs.gsm8k.utils.extract_solution`), which finds no answer in it, so a
+malformed SkyRL reply is InvalidOutput (images/env-base/tests/test_openenv_skyrl.py shows the same in process).
 """
 
 from __future__ import annotations
@@ -348,8 +348,9 @@ def test_the_skyrl_dataset_lists_val_rows_without_ground_truth_and_grades_by_env
     (truth,) = [r["reward_spec"]["ground_truth"] for r in rows if users(r)[-1] == users(first)[-1]]
     replies = [f"Count them up.\n#### {truth}", f"#### {int(truth) + 1}", "many apples"]
     graded = image.grade([{"taskId": first["taskId"], "completion": reply} for reply in replies])
-    # gsm8k scores a reply without `#### n` 0.0: Incorrect, as the environment decides (see the docstring).
-    assert [(g["verdict"], g["reward"]) for g in graded] == [("Correct", 1.0), ("Incorrect", 0.0), ("Incorrect", 0.0)]
+    # No `#### n` in the third: gsm8k's own parser finds no answer, so InvalidOutput (see the docstring).
+    verdicts = [(g["verdict"], g["reward"]) for g in graded]
+    assert verdicts == [("Correct", 1.0), ("Incorrect", 0.0), ("InvalidOutput", 0.0)]
 
     (broken,) = image.grade([{"taskId": first["taskId"], "completion": replies[0]}], loader="skyrl_apples_raising")
     assert (broken["verdict"], broken["reward"]) == ("InfrastructureFailure", None), broken

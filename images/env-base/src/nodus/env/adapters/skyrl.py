@@ -7,10 +7,17 @@ and `env_config` the module's `env_config[env_class]` (an OmegaConf config, as S
 the module has none). Grading makes a fresh environment per completion, `init(prompt)`, one `step(reply)`:
 its reward is the reward. nodus runs single-turn SkyRL environments only: loading refuses an environment
 whose `max_turns` is above one, and grading fails a step that does not end the episode.
+
+InvalidOutput: a SkyRL environment's reward says only how good a reply was (gsm8k's is 0 both for a wrong number
+and for no `#### n` at all). Where the environment's own package has a parser, `utils.extract_solution` as
+skyrl-gym's gsm8k has (verl's scoring code, which SkyRL's environments reuse), a reply it finds no answer in is
+InvalidOutput, as a verifiers parser's None is; the reward still comes from the environment's step.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from typing import Any
 
 from nodus.env.adapters.base import AdapterError
@@ -92,7 +99,27 @@ class SkyRLScorer:
                 f"SkyRL environment {row['env_class']!r} did not end after one turn: nodus runs single-turn "
                 "SkyRL environments only"
             )
+        parse = own_parser(env)
+        if parse is not None and parse(completion) is None:
+            return None  # the environment's own parser found no answer: InvalidOutput (contract.classify)
         return output.get("reward")
+
+
+def own_parser(env: Any) -> Callable[[str], Any] | None:
+    """`extract_solution` of the `utils` module beside the environment's class (`skyrl_gym.envs.gsm8k.utils` for
+    `skyrl_gym.envs.gsm8k.env.GSM8kEnv`), when it has one taking the reply alone; else None."""
+    module = type(env).__module__
+    package = module.rpartition(".")[0]
+    if not package:
+        return None
+    try:
+        utils = importlib.import_module(f"{package}.utils")
+    except ImportError:
+        return None
+    extract = getattr(utils, "extract_solution", None)
+    if not callable(extract):
+        return None
+    return lambda reply: extract(solution_str=reply)
 
 
 def _close(env: Any) -> None:
