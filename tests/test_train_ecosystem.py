@@ -246,6 +246,11 @@ def not_one_passed(way: WayIn) -> bool:
     return len(verdicts) == 2 * way.held_out and set(verdicts) == {"InvalidOutput"}
 
 
+def _training_grading(raw: str) -> bool:
+    record = json.loads(raw)
+    return bool(record["path"].endswith("/gradings") and record["request"].get("phase", "Training") == "Training")
+
+
 def test_a_hub_verifiers_package_trains_and_is_compared(applied: Applied) -> None:
     comparison = check_way_in(applied, HUB)
     lines = fetched_task_lines(job_dir(applied.root, HUB.job))
@@ -269,6 +274,10 @@ def test_an_openenv_environment_trains_turn_by_turn_and_is_compared(applied: App
         for item in record["request"]["items"]
     ]
     assert turns and max(turns) <= OPENENV.parameters["maxTurns"], turns
+    # Its tasks share one prompt (the seed tells them apart): the training episodes were played on the seeds the
+    # trainer was given, one per group, not all on one of them.
+    trained = [json.loads(raw)["request"]["items"][0]["taskId"] for raw in wire if _training_grading(raw)]
+    assert len(set(trained)) == 2 * 2, trained  # steps x groupsPerStep
     assert comparison == {**comparison, "comparable": False, "reason": "NonePassed"}, comparison
     assert not_one_passed(OPENENV)
 
