@@ -31,7 +31,7 @@ from nodus.runtimes.attempt import reward_of
 from nodus.runtimes.contract import RunContext
 from nodus.runtimes.evaluation import run_episodes
 from nodus.runtimes.generation import Sampling, TransformersGenerator, as_messages, make_generator, tools_of
-from nodus.runtimes.multiturn import make_rollout, prompt_key
+from nodus.runtimes.multiturn import make_rollout, rollout_rows
 from nodus.runtimes.outputs import export, write_json
 
 
@@ -257,11 +257,10 @@ def train(context: RunContext, p: Parameters, model: Any, tokenizer: Any, tasks:
         task_type="CAUSAL_LM",
     )
     rollout = None
-    offered = {prompt_key(as_messages(t["prompt"])): tools_of(t) for t in tasks}
     # Episodes play through the rollout when they may take more than one turn, and when tasks offer tools: TRL's
-    # own generation would render the prompt without them.
-    if p.max_turns > 1 or any(offered.values()):
-        task_ids = {prompt_key(row["prompt"]): str(row["task_id"]) for row in rows}
+    # own generation would render the prompt without them. Its rows carry their taskIds (tasks may share a prompt).
+    if p.max_turns > 1 or any(tools_of(t) for t in tasks):
+        rows, task_ids, offered = rollout_rows(tasks)
         rollout = make_rollout(context, p, task_ids, offered)
     trainer = GRPOTrainer(
         model=model,

@@ -15,6 +15,10 @@ The model learns only from its own tokens: the completion TRL trains on is every
 messages between them, and `env_mask` is 1 on the model's tokens and 0 on the Environment's (TRL multiplies its
 loss mask by it). The episode's last verdict is its reward (`episode_reward`, passed on to the reward
 function); an InfrastructureFailure is None, which leaves the episode out of its group.
+
+TRL hands the rollout prompts only, and tasks may share a prompt (every seed of an OpenEnv environment opens
+with the same rules): `rollout_rows` puts each row's taskId on its prompt's first message (`TASK_MARK`), the
+rollout plays and grades the episode as that task, and the mark is dropped before the chat template renders it.
 """
 
 from __future__ import annotations
@@ -24,15 +28,45 @@ from typing import Any
 
 from nodus.runtimes.attempt import reward_of
 from nodus.runtimes.contract import RunContext
-from nodus.runtimes.generation import Tools, next_message
+from nodus.runtimes.generation import Tools, as_messages, next_message, tools_of
 
 
 def prompt_key(prompt: Any) -> str:
     return json.dumps(prompt, sort_keys=True, ensure_ascii=False)
 
 
+TASK_MARK = "nodusTaskId"
+"""The key on a rollout row's first message that names its task (never rendered)."""
+
+
+def rollout_rows(tasks: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, Tools]]:
+    """TRL's dataset rows for the rollout, each prompt marked with its taskId, and the `task_ids` and `tools`
+    maps `make_rollout` takes, keyed by that taskId (`episode_key` of the marked prompt)."""
+    rows, task_ids, offered = [], {}, {}
+    for task in tasks:
+        task_id = str(task["taskId"])
+        messages = [dict(m) for m in as_messages(task["prompt"])]
+        messages[0][TASK_MARK] = task_id
+        rows.append({"prompt": messages, "task_id": task_id})
+        task_ids[task_id] = task_id
+        offered[task_id] = tools_of(task)
+    return rows, task_ids, offered
+
+
+def episode_key(prompt: Any) -> str:
+    """The taskId a marked prompt carries; else the prompt itself (`prompt_key`)."""
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict) and prompt[0].get(TASK_MARK):
+        return str(prompt[0][TASK_MARK])
+    return prompt_key(prompt)
+
+
+def unmarked(prompt: list[Any]) -> list[Any]:
+    """The prompt as the model sees it: without the mark (which TRL's dataset adds, as None, to every message)."""
+    return [{k: v for k, v in m.items() if k != TASK_MARK} if isinstance(m, dict) else m for m in prompt]
+
+
 def make_rollout(context: RunContext, p: Any, task_ids: dict[str, str], tools: dict[str, Tools] | None = None) -> Any:
-    """`task_ids` maps each prompt (as `prompt_key` renders it) to its taskId, `tools` to the tools it offers."""
+    """`task_ids` maps each prompt (as `episode_key` names it) to its taskId, `tools` to the tools it offers."""
     offered = tools or {}
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
@@ -51,10 +85,11 @@ def make_rollout(context: RunContext, p: Any, task_ids: dict[str, str], tools: d
             "episode_reward": [],
         }
         for prompt, _ in episodes:
-            messages = list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
+            key = episode_key(prompt)
+            messages = unmarked(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
             rendered = tokenizer.apply_chat_template(
                 messages,
-                tools=offered.get(prompt_key(prompt)),
+                tools=offered.get(key),
                 tokenize=False,
                 add_generation_prompt=True,
                 enable_thinking=False,
@@ -91,7 +126,7 @@ def make_rollout(context: RunContext, p: Any, task_ids: dict[str, str], tools: d
                 completion += new
                 mask += [1] * len(new)
                 turns.append(tokenizer.decode(new, skip_special_tokens=True))
-                verdict = context.api.grade([{"taskId": task_ids[prompt_key(prompt)], "turns": turns}], "Training")[0]
+                verdict = context.api.grade([{"taskId": task_ids[key], "turns": turns}], "Training")[0]
                 message = next_message(verdict)
                 if verdict.get("done", True) or message is None or turn + 1 >= p.max_turns:
                     break
