@@ -57,6 +57,7 @@ ENVIRONMENTS = {
     "letter-counting-legacy-eval": Source("letter-counting-legacy", "letter_counting_legacy_env:load_eval"),
     "letter-counting-legacy-rl": Source("letter-counting-legacy", "letter_counting_legacy_env:load_rl"),
     "tool-calculator": Source("tool-calculator", "tool_calculator_env"),
+    "higher-lower": Source("higher-lower", "higher_lower_env"),
 }
 
 GSM8K_SAMPLE = json.dumps(

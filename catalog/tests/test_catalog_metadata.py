@@ -40,6 +40,7 @@ def test_every_folder_is_an_environment():
         "arithmetic",
         "graph-coloring",
         "gsm8k",
+        "higher-lower",
         "letter-counting-legacy-eval",
         "letter-counting-legacy-rl",
         "python-functions",

@@ -1,0 +1,124 @@
+"""A multi-turn game trained on the tiny model: nodus/higher-lower built with nodus-build, trained for two GRPO
+steps through `nodus apply`, each wrong guess answered Higher. or Lower. by the grader in its container, with
+the platform's baseline/final comparison.
+
+The tiny model (the default Recipe) is warmed up on the game's own gold games (`gold_turns`: a binary
+search), so it plays by the feedback and its first guess is right only when the secret is 8: most episodes
+go on past the first turn, and a game it wins after the first guess shows it read the feedback.
+
+Needs podman and the base image (the Environment is built) and the training stack; marked like
+tests/test_train_multiturn.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from nodus.builder.cli import main as nodus_build
+from nodus.cli.main import cli
+
+pytestmark = [pytest.mark.podman, pytest.mark.slow]
+
+FOLDER = Path(__file__).resolve().parents[1] / "catalog" / "higher-lower"
+MODULE = "higher_lower_env.py"
+ENVIRONMENT = """apiVersion: nodus.dev/v1
+kind: Environment
+metadata: {name: higher-lower}
+spec:
+  version: 1.0.0
+  package: {path: ., loader: higher_lower_env}
+  modes: [Train, Evaluate]
+  rewardType: Binary
+  grading: {maxParallel: 2, timeout: 30s}
+"""
+# Up to four guesses, the game's own limit; a guess is about 20 tokens, the prompt about 170. 16 held-out games
+# (the comparison's default minimum) with seed 0 include two whose secret is 8, which the warmed-up model's
+# first guess wins, so the baseline is above zero and the comparison is computed.
+JOB = """apiVersion: nodus.dev/v1beta1
+kind: TrainingJob
+metadata: {{name: game}}
+spec:
+  runtime: nodus/grpo-lora
+  model: {{uri: "hf://nodus/tiny-qwen3@{revision}"}}
+  environment: {{name: higher-lower@1.0.0, trainTasks: 8, heldOutTasks: 16, seed: 0}}
+  evaluation: {{baseline: true, final: true}}
+  parameters: {{steps: 2, groupsPerStep: 2, groupSize: 4, maxTokens: 24, maxTurns: 4, maxEpisodeTokens: 480}}
+"""
+
+
+def nodus(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+@pytest.fixture(scope="session")
+def game_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """(HF_HUB_CACHE, revision) of the tiny model warmed up on higher-lower, made once under a file lock beside
+    the session's temporary folders, as the root conftest.py's `tiny_model` is."""
+    pytest.importorskip("trl", reason="the training stack (nodus-runtimes) is not installed")
+    from nodus.builder.store import file_lock
+    from nodus.runtimes.tiny_model import Recipe, install
+
+    shared = tmp_path_factory.getbasetemp().parent / "nodus-tiny-model-game"
+    with file_lock(shared / ".lock"):
+        revision, _, _ = install(Recipe(), FOLDER / MODULE, shared / "hub")
+    return str(shared / "hub"), revision
+
+
+@pytest.fixture
+def project(tmp_path: Path, base_reference: str, game_model: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    shutil.copy(FOLDER / MODULE, root / MODULE)
+    (root / "environment.yaml").write_text(ENVIRONMENT)
+    flags = ["--network", "none", "--base", base_reference, "--lock", str(root / "nodus.lock")]
+    with pytest.raises(SystemExit) as exited:
+        nodus_build([str(root), *flags, "--state-dir", str(root / ".nodus"), "--json"])
+    assert exited.value.code == 0
+    (root / "job.yaml").write_text(JOB.format(revision=game_model[1]))
+    monkeypatch.setenv("HF_HUB_CACHE", game_model[0])
+    monkeypatch.setenv("NODUS_RECORD_WIRE", "1")
+    monkeypatch.chdir(root)
+    return root
+
+
+def graded_pairs(root: Path, job: str) -> dict[str, list[tuple[dict[str, Any], dict[str, Any]]]]:
+    """(request item, verdict) of every grading of `job` on the attempt API's wire, by phase."""
+    wire = root / ".nodus" / "jobs" / "default" / job / "logs" / "attempt-wire.jsonl"
+    pairs: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    for line in wire.read_text().splitlines():
+        record = json.loads(line)
+        if record["path"].endswith("/gradings"):
+            items, verdicts = record["request"]["items"], record["response"]["verdicts"]
+            phase = pairs.setdefault(record["request"].get("phase", "Training"), [])
+            phase += list(zip(items, verdicts, strict=True))
+    return pairs
+
+
+def test_games_go_on_past_the_first_guess_with_the_graders_feedback(project: Path) -> None:
+    code, output = nodus("apply", str(project), "--yes", "--wait", "--timeout", "10m")
+    assert code == 0 and "TrainingJob/game: Succeeded" in output, output
+    pairs = graded_pairs(project, "game")
+    training = pairs["Training"]
+    turns = [len(item["turns"]) for item, _ in training]
+    assert turns and all(1 <= count <= 4 for count in turns), turns
+    assert max(turns) >= 2, turns  # episodes went past the first guess
+    feedback = {v.get("next") for _, v in training if not v["done"]}
+    assert feedback and feedback <= {"Higher.", "Lower."}, feedback  # the grader's replies, from its container
+    # Held-out games before and after, on the same 16 tasks, played turn by turn.
+    for phase in ("Baseline", "Evaluation"):
+        assert pairs[phase] and all("turns" in item for item, _ in pairs[phase]), phase
+        assert max(len(item["turns"]) for item, _ in pairs[phase]) >= 2, phase
+    status = json.loads(nodus("get", "tj", "game", "-o", "json")[1])["status"]
+    summary = status["summary"]
+    assert summary["baseline"]["tasks"] == 16 and summary["final"]["tasks"] == 16, summary
+    assert summary["baseline"]["passed"] >= 1, summary  # a nonzero baseline: GRPO has something to work with
+    # The platform's comparison: a change in points on the same 16 games (not all won on both sides).
+    comparison = summary["comparison"]
+    assert comparison.get("comparable") is True and comparison["tasks"] == 16, comparison
