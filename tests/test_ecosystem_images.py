@@ -23,68 +23,33 @@ from __future__ import annotations
 import ast
 import json
 import random
-import shutil
-import subprocess
-import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
-from nodus.builder.cli import main as nodus_build
 from nodus.builder.store import Store
 from nodus.env.splits import held_out_positions
+from nodus.testing.in_image import layout_link, run_in_image
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "environments"
-PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
-RUN = [*PODMAN, "run", "--rm", "--network=none", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1000:1000"]
-
-
-def build(
-    example: str,
-    project: Path,
-    base: str,
-    capsys: pytest.CaptureFixture[str],
-    files: dict[str, str],
-) -> dict[str, Any]:
-    """The example copied into PROJECT with FILES added (an environment.yaml, a test-only variant module), then
-    `nodus-build PROJECT --json` in process with no network for the build's steps: its one result row."""
-    folder = project / Path(example).name
-    shutil.copytree(EXAMPLES / example, folder, ignore=shutil.ignore_patterns("__pycache__"))
-    for name, text in files.items():
-        (folder / name).write_text(textwrap.dedent(text).lstrip())
-    flags = ["--network", "none", "--base", base, "--lock", str(project / "nodus.lock")]
-    with pytest.raises(SystemExit) as exited:
-        nodus_build([str(project), *flags, "--state-dir", str(project / ".nodus"), "--json"])
-    output = json.loads(capsys.readouterr().out)
-    assert exited.value.code == 0, output
-    (row,) = output["results"]
-    assert row["status"] == "built", row
-    return dict(row)
 
 
 class Image:
     """A built image's `oci:` layout (under a plain lower-case name, as podman wants) and tag."""
 
     def __init__(self, project: Path, tmp_path: Path, tag: str) -> None:
-        self.layout = tmp_path / "layout-link"
-        self.layout.symlink_to(Store(project / ".nodus").images, target_is_directory=True)
+        self.layout = layout_link(Store(project / ".nodus").images, tmp_path / "layout-link")
         self.tag = tag
 
     def run(self, *command: str, stdin: str = "", loader: str | None = None) -> str:
         """COMMAND in the image as the grader's uid with no network (LOADER, if given, as the loader): its stdout."""
-        env = ["-e", f"NODUS_ENVIRONMENT_LOADER={loader}"] if loader else []
-        image = f"oci:{self.layout}:{self.tag}"
-        result = subprocess.run(
-            [*RUN, "-i", "--user", "10001:10001", *env, "--entrypoint", command[0], image, *command[1:]],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        env = {"NODUS_ENVIRONMENT_LOADER": loader} if loader else None
+        result = run_in_image(self.layout, self.tag, *command, stdin=stdin, env=env)
         assert result.returncode == 0, result.stderr[-2000:]
         return result.stdout
 
@@ -140,14 +105,14 @@ RAISING_WORD_GUESS = """
 
 
 def test_the_multi_turn_game_holds_out_games_without_secrets_and_grades_episodes_offline_in_its_image(
-    tmp_path: Path, base_reference: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, build_example: Callable[..., dict[str, Any]]
 ) -> None:
     project = tmp_path / "project"
     files = {
         "environment.yaml": environment_yaml("word-guess", "vf_word_guess:load_environment"),
         "vf_word_guess_raising.py": RAISING_WORD_GUESS,
     }
-    row = build("verifiers-multi-turn/vf-word-guess", project, base_reference, capsys, files)
+    row = build_example("verifiers-multi-turn/vf-word-guess", project, files)
     words: list[str] = module_constant(EXAMPLES / "verifiers-multi-turn/vf-word-guess/vf_word_guess.py", "WORDS")
     held = sorted(held_out_positions(len(words)))
     assert row["splits"] == {"train": len(words) - len(held), "test": len(held)}
@@ -192,11 +157,11 @@ def test_the_multi_turn_game_holds_out_games_without_secrets_and_grades_episodes
 
 
 def test_the_tool_env_offers_its_tool_runs_calls_in_the_grader_and_grades_episodes_offline_in_its_image(
-    tmp_path: Path, base_reference: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, build_example: Callable[..., dict[str, Any]]
 ) -> None:
     project = tmp_path / "project"
     files = {"environment.yaml": environment_yaml("capitals-tools", "vf_capitals_tools:load_environment")}
-    row = build("verifiers-tools/vf-capitals-tools", project, base_reference, capsys, files)
+    row = build_example("verifiers-tools/vf-capitals-tools", project, files)
     capitals: dict[str, str] = module_constant(
         EXAMPLES / "verifiers-tools/vf-capitals-tools/vf_capitals_tools.py", "CAPITALS"
     )
@@ -270,11 +235,11 @@ def multiply_pairs(count: int = 80, seed: int = 14) -> list[tuple[int, int]]:
 
 
 def test_the_v1_taskset_holds_out_every_fifth_task_without_answers_and_grades_offline_in_its_image(
-    tmp_path: Path, base_reference: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, build_example: Callable[..., dict[str, Any]]
 ) -> None:
     project = tmp_path / "project"
     files = {"vf_multiply_taskset_raising.py": RAISING_TASKSET}
-    row = build("verifiers-v1/vf-multiply-taskset", project, base_reference, capsys, files)
+    row = build_example("verifiers-v1/vf-multiply-taskset", project, files)
     assert row["splits"] == {"train": 64, "test": 16}
     image = Image(project, tmp_path, "env-multiply-v1-0.1.0")
 
@@ -327,10 +292,10 @@ RAISING_SKYRL = """
 
 
 def test_the_skyrl_dataset_lists_val_rows_without_ground_truth_and_grades_by_env_class_offline_in_its_image(
-    tmp_path: Path, base_reference: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, build_example: Callable[..., dict[str, Any]]
 ) -> None:
     project = tmp_path / "project"
-    row = build("skyrl-dataset", project, base_reference, capsys, {"skyrl_apples_raising.py": RAISING_SKYRL})
+    row = build_example("skyrl-dataset", project, {"skyrl_apples_raising.py": RAISING_SKYRL})
     assert row["splits"] == {"train": 80, "test": 20}
     image = Image(project, tmp_path, "env-apples-skyrl-1.0.0")
 

@@ -5,7 +5,7 @@ One project holds the three Environments and one GRPO-LoRA TrainingJob on each:
 
 - the Hub way in: `examples/environments/verifiers-single-turn/vf-reverse-text` (a verifiers 0.3.1
   `SingleTurnEnv`) made into a wheel and served from a PEP 503 index on 127.0.0.1, which `package.pip.index`
-  names, as the Environments Hub serves its packages (`builder/tests/fixtures/simple_index.py`);
+  names, as the Environments Hub serves its packages (`nodus.testing.simple_index`);
 - `examples/environments/openenv/` (an openenv-core 0.3 environment, one seed a task, played turn by turn);
 - `examples/environments/verl-dataset/` (verl parquet rows scored by the module's `compute_score`).
 
@@ -25,15 +25,12 @@ Needs podman, the base image and the training stack; marked like tests/test_trai
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -41,6 +38,7 @@ from click.testing import CliRunner
 
 from nodus.builder.cli import main as nodus_build
 from nodus.cli.main import cli
+from nodus.testing import simple_index
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -79,23 +77,10 @@ VERL = WayIn("verl", "addition-verl@1.0.0", {"maxTokens": 16})
 WAYS_IN = (HUB, OPENENV, VERL)
 
 
-def _simple_index_module() -> ModuleType:
-    """builder/tests/fixtures/simple_index.py, loaded by path (test folders are not packages)."""
-    name = "nodus_builder_tests_simple_index"
-    if name not in sys.modules:
-        path = REPO / "builder" / "tests" / "fixtures" / "simple_index.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 def _hub_environment(folder: Path, index_root: Path) -> Path:
     """The verifiers example as a wheel in a PEP 503 index under INDEX_ROOT, and FOLDER/environment.yaml naming
     it by `package.pip` (the index URL is filled in once the index is served): the index's root."""
-    helpers = _simple_index_module()
+    helpers = simple_index
     project = tomllib.loads((VF_EXAMPLE / "pyproject.toml").read_text())
     source = index_root / "src"
     source.mkdir(parents=True)
@@ -153,7 +138,7 @@ def applied(
             for way in WAYS_IN
         )
     )
-    with _simple_index_module().serve_index(index_root) as url, pytest.MonkeyPatch.context() as patch:
+    with simple_index.serve_index(index_root) as url, pytest.MonkeyPatch.context() as patch:
         (root / "hub" / "environment.yaml").write_text(_hub_spec(url))
         flags = ["--network", "none", "--base", base_reference, "--lock", str(root / "nodus.lock")]
         with pytest.raises(SystemExit) as exited:

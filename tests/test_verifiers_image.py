@@ -2,9 +2,8 @@
 index on 127.0.0.1 builds with nodus-build, and its image grades with no network.
 
 The package is the example `examples/environments/verifiers-single-turn/vf-reverse-text` (verifiers==0.3.1),
-made into a wheel by hand (`builder/tests/fixtures/simple_index.py`, loaded by path: test folders are not packages
-under --import-mode=importlib) with the dependencies its pyproject.toml declares, and served from a PEP 503 index
-that `package.pip.index` names; verifiers and datasets come from the package registry at build time. In the image,
+made into a wheel by hand (`nodus.testing.simple_index`) with the dependencies its pyproject.toml declares,
+and served from a PEP 503 index that `package.pip.index` names; verifiers and datasets come from the package registry at build time. In the image,
 with `--network=none`, `nodus-env tasks --split test` lists the held-out words only, with no answer in any line,
 and `nodus-env grade` grades the gold answer Correct, a wrong one Incorrect and a reply without the tag
 InvalidOutput. The in-process tests of the adapter are in images/env-base/tests/test_verifiers.py.
@@ -12,44 +11,29 @@ InvalidOutput. The in-process tests of the adapter are in images/env-base/tests/
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import shutil
-import subprocess
-import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+
+from nodus.testing import simple_index
+from nodus.testing.in_image import run_in_image
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "environments" / "verifiers-single-turn" / "vf-reverse-text"
-PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
-RUN = [*PODMAN, "run", "--rm", "--network=none", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1000:1000"]
-
-
-def _simple_index_module() -> ModuleType:
-    name = "nodus_builder_tests_simple_index"
-    if name not in sys.modules:
-        path = REPO / "builder" / "tests" / "fixtures" / "simple_index.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 @pytest.fixture
 def served_example(tmp_path: Path) -> Iterator[tuple[str, str, str]]:
     """(distribution, version, index URL): the example as a wheel on a PEP 503 index on 127.0.0.1."""
-    index_helpers = _simple_index_module()
+    index_helpers = simple_index
     pyproject = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())
     project = pyproject["project"]
     source = tmp_path / "src"
@@ -78,13 +62,7 @@ def held_out_words() -> list[str]:
 
 
 def in_image(layout: Path, tag: str, command: str, stdin: str = "") -> str:
-    result = subprocess.run(
-        [*RUN, "-i", "--user", "10001:10001", "--entrypoint", "/bin/sh", f"oci:{layout}:{tag}", "-c", command],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = run_in_image(layout, tag, "/bin/sh", "-c", command, stdin=stdin)
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
 

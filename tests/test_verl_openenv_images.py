@@ -16,57 +16,32 @@ from __future__ import annotations
 import json
 import random
 import re
-import shutil
-import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
-from nodus.builder.cli import main as nodus_build
 from nodus.builder.store import Store
+from nodus.testing.in_image import layout_link, run_in_image
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "environments"
-PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
-RUN = [*PODMAN, "run", "--rm", "--network=none", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1000:1000"]
 # What a task line's metadata may carry of a verl row (the adapter's public keys); never the answer.
 PUBLIC_METADATA = {"data_source", "ability", "index", "split"}
 ADDITION = re.compile(r"What is (\d+) \+ (\d+)\?")
 
 
-def build(example: str, project: Path, base: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
-    """The example copied into PROJECT, then `nodus-build PROJECT --json` in process, with no network for the
-    build's steps: its one result row."""
-    shutil.copytree(EXAMPLES / example, project / example, ignore=shutil.ignore_patterns("__pycache__"))
-    flags = ["--network", "none", "--base", base, "--lock", str(project / "nodus.lock")]
-    with pytest.raises(SystemExit) as exited:
-        nodus_build([str(project), *flags, "--state-dir", str(project / ".nodus"), "--json"])
-    output = json.loads(capsys.readouterr().out)
-    assert exited.value.code == 0, output
-    (row,) = output["results"]
-    assert row["status"] == "built", row
-    return dict(row)
-
-
 def image_layout(project: Path, tmp_path: Path) -> Path:
     """The project's image layout under a plain lower-case name (podman names `oci:` images after the path)."""
-    layout = tmp_path / "layout-link"
-    layout.symlink_to(Store(project / ".nodus").images, target_is_directory=True)
-    return layout
+    return layout_link(Store(project / ".nodus").images, tmp_path / "layout-link")
 
 
 def in_image(layout: Path, tag: str, *command: str, stdin: str = "") -> str:
     """COMMAND in the image TAG as the grader's uid, with no network, STDIN as its input: its stdout."""
-    result = subprocess.run(
-        [*RUN, "-i", "--user", "10001:10001", "--entrypoint", command[0], f"oci:{layout}:{tag}", *command[1:]],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = run_in_image(layout, tag, *command, stdin=stdin)
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
 
@@ -77,10 +52,10 @@ def user_message(prompt: list[dict[str, str]]) -> str:
 
 
 def test_the_verl_example_lists_held_out_rows_without_answers_and_grades_offline_in_its_image(
-    tmp_path: Path, base_reference: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, build_example: Callable[..., dict[str, Any]]
 ) -> None:
     project = tmp_path / "project"
-    row = build("verl-dataset", project, base_reference, capsys)
+    row = build_example("verl-dataset", project)
     assert row["splits"] == {"train": 80, "test": 20}
     layout, tag = image_layout(project, tmp_path), "env-addition-verl-1.0.0"
 
@@ -116,10 +91,10 @@ def secret(seed: int) -> int:
 
 
 def test_the_openenv_example_lists_held_out_seeds_without_secrets_and_plays_offline_in_its_image(
-    tmp_path: Path, base_reference: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, build_example: Callable[..., dict[str, Any]]
 ) -> None:
     project = tmp_path / "project"
-    row = build("openenv", project, base_reference, capsys)
+    row = build_example("openenv", project)
     assert row["splits"] == {"train": 800, "test": 200}
     layout, tag = image_layout(project, tmp_path), "env-guess-number-1.0.0"
 

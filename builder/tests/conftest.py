@@ -29,6 +29,7 @@ import pytest
 from nodus.builder.layers import Entry, tree_entries
 from nodus.specs.environment import Environment
 from nodus.specs.parse import parse_text
+from nodus.testing import simple_index as simple_index_helpers
 
 PYTHON = Path("/usr/bin/python3.11")
 STDLIB = Path("/usr/lib/python3.11")
@@ -215,31 +216,16 @@ def local_registry(tmp_path: Path) -> Iterator[str]:
         log.close()
 
 
-def _simple_index_module() -> Any:
-    """`fixtures/simple_index.py`, loaded by path (test folders are not packages under --import-mode=importlib)."""
-    import importlib.util
-    import sys
-
-    name = "nodus_builder_tests_simple_index"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "fixtures" / "simple_index.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 @pytest.fixture
 def wheel_from_folder() -> Callable[..., Path]:
     """`wheel_from_folder(folder, out, name=, version=, dependencies=())`: a wheel of the folder's modules."""
-    return _simple_index_module().wheel_from_folder  # type: ignore[no-any-return]
+    return simple_index_helpers.wheel_from_folder
 
 
 @pytest.fixture
 def simple_index(tmp_path: Path) -> Iterator[Callable[[Sequence[Path]], str]]:
     """`simple_index(wheels)`: a PEP 503 index of `wheels` served on 127.0.0.1 until the test ends; its URL."""
-    module = _simple_index_module()
+    module = simple_index_helpers
     served = itertools.count()
     with contextlib.ExitStack() as servers:
 
