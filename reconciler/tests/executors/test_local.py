@@ -466,3 +466,35 @@ def test_a_supervisor_started_by_hand_on_a_finished_job_changes_nothing(jobs: An
     )
     assert result.returncode == 0 and "is Succeeded; nothing to supervise" in result.stderr
     assert jobs.status() == before
+
+
+class _Killed(BaseException):
+    """Stands in for SIGKILL: nothing after it runs (not an Exception, so no handler of the executor sees it)."""
+
+
+def test_a_launch_killed_while_it_writes_the_folder_launches_whole_next_time(
+    jobs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An apply killed after the first files of a job folder and before its spec: the next launch writes the
+    folder again and the trainer finds its params.json (with spec.json first, it spawned the half-written spec
+    and the trainer failed on the missing file)."""
+    from nodus.reconciler.executors.local import executor as module
+
+    real = module.write_json
+
+    def killed_at_params(path: Any, data: Any, **options: Any) -> None:
+        if path.name == "params.json":
+            raise _Killed
+        real(path, data, **options)
+
+    spec = jobs.spec()
+    monkeypatch.setattr(module, "write_json", killed_at_params)
+    with pytest.raises(_Killed):
+        jobs.launch(spec)
+    monkeypatch.setattr(module, "write_json", real)
+    files = jobs.files()
+    assert not files.spec.exists()  # nothing committed: the next launch starts over
+
+    jobs.launch(spec)
+    status = jobs.wait()
+    assert status["phase"] == SUCCEEDED, status.get("message")

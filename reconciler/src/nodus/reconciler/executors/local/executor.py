@@ -402,15 +402,21 @@ class LocalExecutor:
     def _prepare(
         self, files: JobFiles, spec: JobSpec, workload: Workload | None, carried: dict[str, Any], reason: str
     ) -> None:
-        """The folder as a new supervisor expects it: spec, workload, grading settings, parameters, a Pending
-        status. (`workload` None: a job launched before workload.json existed, restarted as it was.)"""
+        """The folder as a new supervisor expects it: workload, grading settings, parameters, then spec.json and a
+        Pending status. (`workload` None: a job launched before workload.json existed, restarted as it was.)
+
+        spec.json comes after every input because it is the commit point: a launch that finds it spawns that
+        spec's supervisor (`launch`: "an earlier launch stopped between its spec and its supervisor"). Written
+        first, an apply killed just after it left a spec without params.json, and the next apply started a trainer
+        that failed on the missing file (tests/test_apply_trainingjob.py's random kills found it). The status
+        stays after the spec: a resume killed between them still reads Suspended and prepares again."""
         for folder in (files.input, files.state, files.outputs, files.logs):
             folder.mkdir(parents=True, exist_ok=True)
         _write_workload(files, workload)
-        write_json(files.spec, spec.to_json(), durable=True)
         write_json(files.grading, grading_to_json(self._grading_for(spec)), durable=True)
         write_json(files.params, dict(spec.params), durable=True)
         files.supervisor.unlink(missing_ok=True)
+        write_json(files.spec, spec.to_json(), durable=True)
         status = {
             **carried,
             "phase": PENDING,
