@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -41,22 +43,35 @@ def base_reference(tmp_path_factory: pytest.TempPathFactory) -> str:
     return f"oci:{store.images}:{BASE_TAG}"
 
 
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    """(HF_HUB_CACHE, revision) holding `nodus/tiny-qwen3` warmed up on the quickstart task, made once.
+WarmedModel = Callable[..., tuple[str, str]]
 
-    Built like the base image: beside the session's temporary folders, under a file lock, so xdist workers
-    share one build (about 30 s on two cores). The recipe is the quickstart's, so its revision is the one
-    examples/quickstart/trainingjob.yaml pins.
+
+@pytest.fixture(scope="session")
+def warmed_model(tmp_path_factory: pytest.TempPathFactory) -> WarmedModel:
+    """A maker of tiny models: `warmed_model(module, name, recipe=None)` is (HF_HUB_CACHE, revision) of
+    `nodus/tiny-qwen3` warmed up on the environment module at `module` (`Recipe()` unless `recipe`).
+
+    Built like the base image: beside the session's temporary folders (`nodus-tiny-model-<name>`), under a file
+    lock, so xdist workers share one build, and later sessions reuse it while the recipe is unchanged.
     """
     pytest.importorskip("trl", reason="the training stack (nodus-runtimes) is not installed")
-    from pathlib import Path
-
     from nodus.builder.store import file_lock
     from nodus.runtimes.tiny_model import Recipe, install
 
-    shared = tmp_path_factory.getbasetemp().parent / "nodus-tiny-model"
-    warmup = Path(__file__).parent / "examples" / "quickstart" / "reverse_words.py"
-    with file_lock(shared / ".lock"):
-        revision, _, _ = install(Recipe(), warmup, shared / "hub")
-    return str(shared / "hub"), revision
+    root = tmp_path_factory.getbasetemp().parent
+
+    def make(module: Path, name: str, recipe: Recipe | None = None) -> tuple[str, str]:
+        shared = root / f"nodus-tiny-model-{name}"
+        with file_lock(shared / ".lock"):
+            revision, _, _ = install(recipe or Recipe(), module, shared / "hub")
+        return str(shared / "hub"), revision
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_model(warmed_model: WarmedModel) -> tuple[str, str]:
+    """(HF_HUB_CACHE, revision) holding `nodus/tiny-qwen3` warmed up on the quickstart task, made once (about
+    30 s on two cores). The recipe is the quickstart's, so its revision is the one
+    examples/quickstart/trainingjob.yaml pins."""
+    return warmed_model(Path(__file__).parent / "examples" / "quickstart" / "reverse_words.py", "quickstart")

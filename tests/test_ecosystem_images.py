@@ -30,37 +30,12 @@ from typing import Any
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
-from nodus.builder.store import Store
 from nodus.env.splits import held_out_positions
-from nodus.testing.in_image import layout_link, run_in_image
+from nodus.testing.in_image import BuiltImage
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "environments"
-
-
-class Image:
-    """A built image's `oci:` layout (under a plain lower-case name, as podman wants) and tag."""
-
-    def __init__(self, project: Path, tmp_path: Path, tag: str) -> None:
-        self.layout = layout_link(Store(project / ".nodus").images, tmp_path / "layout-link")
-        self.tag = tag
-
-    def run(self, *command: str, stdin: str = "", loader: str | None = None) -> str:
-        """COMMAND in the image as the grader's uid with no network (LOADER, if given, as the loader): its stdout."""
-        env = {"NODUS_ENVIRONMENT_LOADER": loader} if loader else None
-        result = run_in_image(self.layout, self.tag, *command, stdin=stdin, env=env)
-        assert result.returncode == 0, result.stderr[-2000:]
-        return result.stdout
-
-    def test_tasks(self) -> tuple[list[str], list[dict[str, Any]]]:
-        """`nodus-env tasks --split test` in the image: its lines, raw and parsed."""
-        lines = self.run("nodus-env", "tasks", "--split", "test", "--seed", "0").splitlines()
-        return lines, [json.loads(line) for line in lines]
-
-    def grade(self, requests: list[dict[str, Any]], loader: str | None = None) -> list[dict[str, Any]]:
-        stdin = "".join(json.dumps(request) + "\n" for request in requests)
-        return [json.loads(line) for line in self.run("nodus-env", "grade", stdin=stdin, loader=loader).splitlines()]
 
 
 def module_constant(path: Path, name: str) -> Any:
@@ -116,7 +91,7 @@ def test_the_multi_turn_game_holds_out_games_without_secrets_and_grades_episodes
     words: list[str] = module_constant(EXAMPLES / "verifiers-multi-turn/vf-word-guess/vf_word_guess.py", "WORDS")
     held = sorted(held_out_positions(len(words)))
     assert row["splits"] == {"train": len(words) - len(held), "test": len(held)}
-    image = Image(project, tmp_path, "env-word-guess-0.1.0")
+    image = BuiltImage(project, tmp_path, "env-word-guess-0.1.0")
 
     lines, listed = image.test_tasks()
     # One dataset only: every fifth game is held out. A line names the game, never its secret word.
@@ -167,7 +142,7 @@ def test_the_tool_env_offers_its_tool_runs_calls_in_the_grader_and_grades_episod
     )
     held_out = list(capitals)[-5:]  # the example's eval_dataset: its last five countries
     assert row["splits"] == {"train": len(capitals) - 5, "test": 5}
-    image = Image(project, tmp_path, "env-capitals-tools-0.1.0")
+    image = BuiltImage(project, tmp_path, "env-capitals-tools-0.1.0")
 
     lines, listed = image.test_tasks()
     assert sorted(users(task)[-1] for task in listed) == sorted(f"What is the capital of {c}?" for c in held_out)
@@ -241,7 +216,7 @@ def test_the_v1_taskset_holds_out_every_fifth_task_without_answers_and_grades_of
     files = {"vf_multiply_taskset_raising.py": RAISING_TASKSET}
     row = build_example("verifiers-v1/vf-multiply-taskset", project, files)
     assert row["splits"] == {"train": 64, "test": 16}
-    image = Image(project, tmp_path, "env-multiply-v1-0.1.0")
+    image = BuiltImage(project, tmp_path, "env-multiply-v1-0.1.0")
 
     lines, listed = image.test_tasks()
     pairs = multiply_pairs()
@@ -297,7 +272,7 @@ def test_the_skyrl_dataset_lists_val_rows_without_ground_truth_and_grades_by_env
     project = tmp_path / "project"
     row = build_example("skyrl-dataset", project, {"skyrl_apples_raising.py": RAISING_SKYRL})
     assert row["splits"] == {"train": 80, "test": 20}
-    image = Image(project, tmp_path, "env-apples-skyrl-1.0.0")
+    image = BuiltImage(project, tmp_path, "env-apples-skyrl-1.0.0")
 
     lines, listed = image.test_tasks()
     rows = pq.read_table(EXAMPLES / "skyrl-dataset" / "data" / "test.parquet").to_pylist()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,17 +59,9 @@ def nodus(*args: str) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="session")
-def game_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    """(HF_HUB_CACHE, revision) of the tiny model warmed up on higher-lower, made once under a file lock beside
-    the session's temporary folders, as the root conftest.py's `tiny_model` is."""
-    pytest.importorskip("trl", reason="the training stack (nodus-runtimes) is not installed")
-    from nodus.builder.store import file_lock
-    from nodus.runtimes.tiny_model import Recipe, install
-
-    shared = tmp_path_factory.getbasetemp().parent / "nodus-tiny-model-game"
-    with file_lock(shared / ".lock"):
-        revision, _, _ = install(Recipe(), FOLDER / MODULE, shared / "hub")
-    return str(shared / "hub"), revision
+def game_model(warmed_model: Callable[..., tuple[str, str]]) -> tuple[str, str]:
+    """(HF_HUB_CACHE, revision) of the tiny model warmed up on higher-lower's gold binary search."""
+    return warmed_model(FOLDER / MODULE, "game")
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ Needs podman and the base image (`base_reference`); installing the package's dep
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections.abc import Callable
@@ -23,8 +22,7 @@ from typing import Any
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
-from nodus.builder.store import Store
-from nodus.testing.in_image import layout_link, run_in_image
+from nodus.testing.in_image import BuiltImage
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -32,18 +30,6 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "environments"
 # What a task line's metadata may carry of a verl row (the adapter's public keys); never the answer.
 PUBLIC_METADATA = {"data_source", "ability", "index", "split"}
 ADDITION = re.compile(r"What is (\d+) \+ (\d+)\?")
-
-
-def image_layout(project: Path, tmp_path: Path) -> Path:
-    """The project's image layout under a plain lower-case name (podman names `oci:` images after the path)."""
-    return layout_link(Store(project / ".nodus").images, tmp_path / "layout-link")
-
-
-def in_image(layout: Path, tag: str, *command: str, stdin: str = "") -> str:
-    """COMMAND in the image TAG as the grader's uid, with no network, STDIN as its input: its stdout."""
-    result = run_in_image(layout, tag, *command, stdin=stdin)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return result.stdout
 
 
 def user_message(prompt: list[dict[str, str]]) -> str:
@@ -57,10 +43,9 @@ def test_the_verl_example_lists_held_out_rows_without_answers_and_grades_offline
     project = tmp_path / "project"
     row = build_example("verl-dataset", project)
     assert row["splits"] == {"train": 80, "test": 20}
-    layout, tag = image_layout(project, tmp_path), "env-addition-verl-1.0.0"
+    image = BuiltImage(project, tmp_path, "env-addition-verl-1.0.0")
 
-    lines = in_image(layout, tag, "nodus-env", "tasks", "--split", "test", "--seed", "0").splitlines()
-    listed = [json.loads(line) for line in lines]
+    lines, listed = image.test_tasks()
     # Only the held-out rows: val_files (data/test.parquet), none of train_files.
     held_out = [
         user_message(r["prompt"])
@@ -79,8 +64,7 @@ def test_the_verl_example_lists_held_out_rows_without_answers_and_grades_offline
     assert match is not None
     total = int(match[1]) + int(match[2])
     replies = [f"{match[1]} plus {match[2]} is {total}.\n#### {total}", f"#### {total + 1}", "I do not know."]
-    stdin = "".join(json.dumps({"taskId": first["taskId"], "completion": reply}) + "\n" for reply in replies)
-    graded = [json.loads(line) for line in in_image(layout, tag, "nodus-env", "grade", stdin=stdin).splitlines()]
+    graded = image.grade([{"taskId": first["taskId"], "completion": reply} for reply in replies])
     assert [line["verdict"] for line in graded] == ["Correct", "Incorrect", "InvalidOutput"], graded
     assert [line["reward"] for line in graded] == [1.0, 0.0, 0.0], graded
 
@@ -96,10 +80,9 @@ def test_the_openenv_example_lists_held_out_seeds_without_secrets_and_plays_offl
     project = tmp_path / "project"
     row = build_example("openenv", project)
     assert row["splits"] == {"train": 800, "test": 200}
-    layout, tag = image_layout(project, tmp_path), "env-guess-number-1.0.0"
+    image = BuiltImage(project, tmp_path, "env-guess-number-1.0.0")
 
-    lines = in_image(layout, tag, "nodus-env", "tasks", "--split", "test", "--seed", "0").splitlines()
-    listed = [json.loads(line) for line in lines]
+    lines, listed = image.test_tasks()
     # Only the held-out seeds (800-999); a task line carries its seed, never the secret or the state.
     assert sorted(task["metadata"]["seed"] for task in listed) == list(range(800, 1000))
     for line, task in zip(lines, listed, strict=True):
@@ -115,7 +98,6 @@ def test_the_openenv_example_lists_held_out_seeds_without_secrets_and_plays_offl
         {"taskId": task, "completion": "twenty-five"},
         {"taskId": task, "turns": [f"[{wrong[0]}]", f"[{right}]"]},  # replayed from reset(seed), then won
     ]
-    stdin = "".join(json.dumps(request) + "\n" for request in requests)
-    graded = [json.loads(line) for line in in_image(layout, tag, "nodus-env", "grade", stdin=stdin).splitlines()]
+    graded = image.grade(requests)
     assert [line["verdict"] for line in graded] == ["Correct", "Incorrect", "InvalidOutput", "Correct"], graded
     assert [line.get("done", True) for line in graded] == [True, True, True, True], graded

@@ -101,12 +101,41 @@ def tiny(tiny_model: tuple[str, str]) -> tuple[Any, Any]:
 def test_the_tiny_model_s_template_offers_tools_and_renders_tool_results(tiny: tuple[Any, Any]) -> None:
     _, tokenizer = tiny
     chat = [{"role": "user", "content": "Compute 2 + 3."}, {"role": "assistant", "content": CALL}]
-    text = tokenizer.apply_chat_template([*chat, {"role": "tool", "content": "5"}], tools=TOOLS, tokenize=False)
-    assert text.startswith("<|im_start|>system\n# Tools\n<tools>\n" + '{"type": "function"')
-    assert "<tool_call>{" in text.split("</tools>", 1)[0] + text.split("</tools>", 1)[1]
+    offered = [
+        *TOOLS,
+        {
+            "type": "function",
+            "function": {
+                "name": "lookup",
+                "description": "The capital of a country.",
+                "parameters": {"type": "object", "properties": {"country": {"type": "string"}, "year": {}}},
+            },
+        },
+    ]
+    text = tokenizer.apply_chat_template([*chat, {"role": "tool", "content": "5"}], tools=offered, tokenize=False)
+    # One signature line per tool (the tiny model has 512 positions), then how to call one.
+    system = (
+        "<|im_start|>system\nTools:\ncalculate()\nlookup(country: string, year: any): The capital of a country.\n"
+        'Call one with <tool_call>{"name": ..., "arguments": {...}}</tool_call><|im_end|>\n'
+    )
+    assert text.startswith(system), text
     assert text.endswith("<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>\n")
     plain = tokenizer.apply_chat_template(chat, tokenize=False)
     assert plain == f"<|im_start|>user\nCompute 2 + 3.<|im_end|>\n<|im_start|>assistant\n{CALL}<|im_end|>\n"
+
+
+def test_a_tiny_tokenizer_for_tools_keeps_qwen_s_tool_tags_whole_through_decoding() -> None:
+    from nodus.runtimes.tiny_model import TOOL_TOKENS, Recipe, train_tokenizer
+
+    tokenizer = train_tokenizer(["Compute 2 + 3.", CALL], Recipe(), tools=True)
+    ids = tokenizer(CALL)["input_ids"]
+    pieces = tokenizer.convert_ids_to_tokens(ids)
+    assert pieces[0] == "<tool_call>" and pieces[-1] == "</tool_call>", pieces
+    # Not special: the trainer decodes with skip_special_tokens, and the call must survive it.
+    assert tokenizer.decode(ids, skip_special_tokens=True) == CALL
+    assert all(len(tokenizer(tag)["input_ids"]) == 1 for tag in TOOL_TOKENS)
+    plain = train_tokenizer(["Compute 2 + 3.", CALL], Recipe())
+    assert len(plain(CALL)["input_ids"]) > len(ids) + 10  # letters and signs for each tag
 
 
 @pytest.mark.slow

@@ -34,8 +34,11 @@ def runtime(**spec: Any) -> dict[str, Any]:
 
 
 def job(**spec: Any) -> dict[str, Any]:
-    base = {"runtime": "nodus/grpo-lora", "environment": {"name": "arithmetic@2.0.0", "seed": 42}}
+    base = {"runtime": "nodus/grpo-lora", "environment": {"name": "arithmetic@2.0.0", "seed": 42}, "model": MODEL}
     return {"metadata": {"name": "tj", "project": "default"}, "spec": {**base, **spec}}
+
+
+MODEL = {"uri": "hf://Qwen/Qwen3-0.6B@c1899de289a04d12100db370d81485cdf75e47ca"}
 
 
 ENVIRONMENTS = {
@@ -44,6 +47,11 @@ ENVIRONMENTS = {
         "spec": {"version": "2.0.0"},
     }
 }
+
+
+def test_a_job_without_a_model_trains_the_runtime_s_default() -> None:
+    verdict = admit(job(model=None), runtime(defaultModel=MODEL), ENVIRONMENTS)
+    assert verdict.admitted and verdict.model == MODEL
 
 
 def test_parameters_merge_over_the_runtime_defaults() -> None:
@@ -77,6 +85,7 @@ def test_parameters_merge_over_the_runtime_defaults() -> None:
         (job(environment={"name": "arithmetic@9.0.0"}), runtime(), "EnvironmentVersionNotFound", "not 9.0.0"),
         (job(), runtime(environmentTasks=None), "RuntimeLacksAttemptAPI", "environmentTasks: AttemptAPI"),
         (job(model={"uri": "hf://Qwen/Qwen3-0.6B"}), runtime(), "ModelNotPinned", "40-character revision"),
+        (job(model=None), runtime(defaultModel={"uri": "hf://Qwen/Qwen3-0.6B"}), "ModelNotPinned", "defaultModel"),
     ],
 )
 def test_refusals_name_the_reason_and_the_field(

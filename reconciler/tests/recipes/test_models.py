@@ -72,3 +72,16 @@ def test_a_reference_without_its_snapshot_or_with_a_bad_commit_is_refused(
     ]:
         with pytest.raises(ConfigError, match=message):
             model_source(bad)
+
+
+def test_the_managed_runtimes_default_to_the_sdk_s_model_at_the_seeds_commit() -> None:
+    """A TrainingJob that names no model trains what `rl.train` would: the runtimes' defaultModel is
+    DEFAULT_MODEL, pinned (admission refuses an unpinned default)."""
+    from nodus.reconciler.planning.managed import catalog_folders, read_catalog
+
+    catalog, problems = read_catalog(catalog_folders())
+    assert problems == []
+    defaults = {key.name: item.document["spec"].get("defaultModel") for key, item in catalog.items()}
+    assert set(defaults) >= {"grpo-lora", "evaluate"}
+    for name, default in defaults.items():
+        assert default == {"uri": f"hf://{DEFAULT_MODEL}@c1899de289a04d12100db370d81485cdf75e47ca"}, name

@@ -57,10 +57,15 @@ DEFAULT_PROJECT = "default"
 """The project whose Environments are keyed `name@version` (every other project's: `project/name@version`)."""
 
 
+def project_prefix(project: str | None, separator: str) -> str:
+    """`project` and `separator` for a project other than `default`, else nothing: how the lock key, the store's
+    tag and podman's repository of an Environment tell another project's (the catalog's) from the default's."""
+    return f"{project}{separator}" if project and project != DEFAULT_PROJECT else ""
+
+
 def entry_key(name: str, version: str, project: str | None = None) -> str:
     """The key of name@version of `project` in `environments` (None or `default`: no project prefix)."""
-    prefix = f"{project}/" if project and project != DEFAULT_PROJECT else ""
-    return f"{prefix}{name}@{version}"
+    return f"{project_prefix(project, '/')}{name}@{version}"
 
 
 _FIELDS = ("image", "base", "requirements", "key", "splits", "manifests", "builder", "source", "indexes")

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from nodus.builder.lockfile import DEFAULT_PROJECT
+from nodus.builder.lockfile import project_prefix
 from nodus.builder.oci import canonical_json, check_tag, sha256_digest
 from nodus.builder.package_files import package_files
 from nodus.errors import BuildError, ConfigError
@@ -281,8 +281,7 @@ def image_tag(name: str, version: str, project: str | None = None) -> str:
     take each other's tag (a DNS label has no dot, so no name of the default project reads as one of another)."""
     # Versions with build metadata (1.0.0+abc) are valid SemVer, but `+` is not allowed in an image tag;
     # `_` is, and cannot appear in a SemVer, so the mapping is one to one.
-    prefix = f"{project}." if project and project != DEFAULT_PROJECT else ""
-    return check_tag(f"env-{prefix}{name}-{version.replace('+', '_')}")
+    return check_tag(f"env-{project_prefix(project, '.')}{name}-{version.replace('+', '_')}")
 
 
 def package_folder(environment: Environment, spec_dir: Path) -> Path | None:

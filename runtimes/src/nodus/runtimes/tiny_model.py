@@ -38,13 +38,18 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-RECIPE_VERSION = "2"  # 2: the chat template offers tools; digits are one token each
+RECIPE_VERSION = "3"  # 3: tools as one signature line each, and Qwen's four tool tags as added tokens
 REPO = "nodus/tiny-qwen3"
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Qwen's tokenizer has these four as added tokens that are not special (so decoding with
+# skip_special_tokens keeps them); the tiny tokenizer adds them when the warm-up offers tools, so a call's
+# tags are one token each rather than eleven letters and signs.
+TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
 # ChatML as Qwen uses it, without the thinking block: system, user and assistant turns, then the assistant's
-# reply. With `tools` it renders them as Qwen's template does, shorter (the tiny model has 512 positions): a
-# system turn listing each tool's JSON schema inside <tools></tools> and how to call one; a tool message is a
-# user turn holding <tool_response>...</tool_response> (consecutive ones share the turn), and an assistant
+# reply. With `tools` it offers them as Qwen's template does but shorter, since the tiny model has 512
+# positions and one token per letter (Qwen's JSON schemas took 350 of them for one tool): a system turn with
+# one line per tool, `name(argument: type, ...): description`, and how to call one; a tool message is a user
+# turn holding <tool_response>...</tool_response> (consecutive ones share the turn), and an assistant
 # message's `tool_calls` are <tool_call> blocks.
 CHAT_TEMPLATE = (
     "{%- set ns = namespace(start=0) %}"
@@ -53,9 +58,18 @@ CHAT_TEMPLATE = (
     "{%- if messages and messages[0]['role'] == 'system' %}"
     "{{- messages[0]['content'] + '\\n\\n' }}{%- set ns.start = 1 %}"
     "{%- endif %}"
-    "{{- '# Tools\\n<tools>' }}"
-    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
-    '{{- \'\\n</tools>\\nCall a tool with <tool_call>{"name": ..., "arguments": {...}}</tool_call>\' }}'
+    "{{- 'Tools:' }}"
+    "{%- for tool in tools %}"
+    "{%- set fn = tool.function if tool.function is defined else tool %}"
+    "{%- set schema = fn.parameters if fn.parameters is defined and fn.parameters is mapping else {} %}"
+    "{%- set properties = schema.properties if schema.properties is defined else {} %}"
+    "{{- '\\n' + fn.name + '(' }}"
+    "{%- for key, value in properties.items() %}"
+    "{{- (', ' if not loop.first else '') + key + ': ' + ((value.type | string) if value.type is defined else 'any') }}"
+    "{%- endfor %}"
+    "{{- ')' }}{%- if fn.description %}{{- ': ' + fn.description }}{%- endif %}"
+    "{%- endfor %}"
+    '{{- \'\\nCall one with <tool_call>{"name": ..., "arguments": {...}}</tool_call>\' }}'
     "{{- '<|im_end|>\\n' }}"
     "{%- endif %}"
     "{%- for message in messages[ns.start:] %}"
@@ -158,8 +172,9 @@ def warmup_pairs(module: ModuleType) -> list[Example]:
     return examples
 
 
-def train_tokenizer(texts: list[str], recipe: Recipe) -> Any:
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+def train_tokenizer(texts: list[str], recipe: Recipe, *, tools: bool = False) -> Any:
+    """A byte-level BPE tokenizer learnt from `texts`, with Qwen's tool tags as added tokens when `tools`."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
@@ -177,6 +192,8 @@ def train_tokenizer(texts: list[str], recipe: Recipe) -> Any:
         show_progress=False,
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
+    if tools:
+        tokenizer.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in TOOL_TOKENS])
     from transformers import PreTrainedTokenizerFast
 
     fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
@@ -302,7 +319,8 @@ def build(out: Path, recipe: Recipe, warmup_module: Path | None) -> dict[str, An
     module = load_module(warmup_module) if warmup_module is not None else None
     pairs = warmup_pairs(module) if module is not None else []
     corpus = [corpus_text(example) for example in pairs] or ["hello world"]
-    tokenizer = train_tokenizer(corpus + SPECIAL_TOKENS, recipe)
+    offers_tools = any(example.tools for example in pairs)
+    tokenizer = train_tokenizer(corpus + SPECIAL_TOKENS, recipe, tools=offers_tools)
     model = build_model(tokenizer, recipe)
     accuracy = None
     if pairs:

@@ -3,21 +3,21 @@
 Who calls it: the TrainingJob controller on every apply (`admit`); `nodus plan` and `apply` before anything is
 written, through the controllers' `admit` hook (`apply.refusals` asks the registry): the TrainingJob controller
 answers with `trainingjob_refusals`, the AgentGroup one with `agent_group_refusals` (an evaluation group's
-Environment). It is pure: the job's document, its runtime's document and the Environments known to the store
-in, an `Admission` out.
+Environment). It is pure: the job's document, its runtime's document and the Environments known to the store in,
+an `Admission` out.
 
 What it decides, in the seeds' words: the runtime exists (else "did you mean" the closest known runtime); the
-runtime can run the job's mode; an Environment-backed run names an Environment that exists at that version and
-a runtime that fetches tasks through the attempt API (`spec.environmentTasks: AttemptAPI`; "older runtimes are
+runtime can run the job's mode; an Environment-backed run names an Environment that exists at that version and a
+runtime that fetches tasks through the attempt API (`spec.environmentTasks: AttemptAPI`; "older runtimes are
 rejected before GPU acquisition"); a training run that compares baseline and final holds out at least
-`evaluation.minComparisonTasks` tasks (else it could only end in TooFewTasks, once the money is spent);
-parameters are merged over the runtime's defaults and checked against its JSON Schema, and a typo such as
-`learning_rate` is rejected with the field path (and "did you mean 'learningRate'?" when the schema has a name
-close to it); the model is the job's or the runtime's default, pinned to a 40-character revision; a run that
-exports (`spec.exportTo.volume`) names a ReadWriteOnce Volume of its project that exists (Ready or not yet: the
-export waits for it) and a runtime that declares an output at `/nodus/outputs`. Every refusal's message starts
-with the field it is about (`spec.runtime: ...`), which `field` holds too, so `nodus plan` and `apply` can
-print one located line per problem.
+`evaluation.minComparisonTasks` tasks (else it could only end in TooFewTasks, once the money is spent); parameters
+are merged over the runtime's defaults and checked against its JSON Schema, and a typo such as `learning_rate` is
+rejected with the field path (and "did you mean 'learningRate'?" when the schema has a name close to it); the
+model is the job's or the runtime's default (a runtime of your own may need none), pinned to a 40-character
+revision; a run that exports (`spec.exportTo.volume`) names a ReadWriteOnce Volume of its project that exists
+(Ready or not yet: the export waits for it) and a runtime that declares an output at `/nodus/outputs`. Every
+refusal's message starts with the field it is about (`spec.runtime: ...`), which `field` holds too, so `nodus
+plan` and `apply` can print one located line per problem.
 """
 
 from __future__ import annotations

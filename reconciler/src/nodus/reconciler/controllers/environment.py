@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nodus.builder import host_programs
-from nodus.builder.lockfile import DEFAULT_PROJECT, Lock
+from nodus.builder.lockfile import Lock, project_prefix
 from nodus.builder.oci import read_image, tags_of
 from nodus.builder.sandbox import load_image
 from nodus.errors import BuildError
@@ -74,11 +74,7 @@ def load_for_graders(images: Path, document: JSONObject, tag: str) -> JSONObject
     project = document["metadata"].get("project")
     # Another project's Environment (the catalog's nodus/gsm8k) is a repository of its own: never the same name as
     # the default project's gsm8k, whose image podman would otherwise swap under a running grader.
-    repository = (
-        document["metadata"]["name"]
-        if project in (None, DEFAULT_PROJECT)
-        else f"{project}/{document['metadata']['name']}"
-    )
+    repository = project_prefix(project, "/") + document["metadata"]["name"]
     name = f"localhost/nodus-env/{repository}:{document['spec']['version'].replace('+', '_')}"
     config = read_image(images, tag).ref.config_digest
     try:
