@@ -169,7 +169,7 @@ def test_the_rollout_learns_only_from_the_model_s_tokens_around_a_tool_result(ti
     rollout = make_rollout(Context(), p, {prompt_key(prompt): "t1"}, {prompt_key(prompt): TOOLS})  # type: ignore[arg-type]
     out = rollout([prompt], Trainer())
     head = tokenizer.decode(out["prompt_ids"][0])
-    assert head.startswith("<|im_start|>system\n# Tools\n<tools>") and head.endswith("<|im_start|>assistant\n")
+    assert head.startswith("<|im_start|>system\nTools:\ncalculate(") and head.endswith("<|im_start|>assistant\n")
     completion, mask = out["completion_ids"][0], out["env_mask"][0]
     environment = tokenizer.decode([t for t, m in zip(completion, mask, strict=True) if m == 0])
     assert "<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>\n<|im_start|>assistant\n" in environment
