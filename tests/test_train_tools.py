@@ -129,6 +129,8 @@ def test_tool_calls_run_in_the_grader_and_come_back_as_tool_turns(project: Path)
     summary = status["summary"]
     assert summary["baseline"]["tasks"] == 16 and summary["final"]["tasks"] == 16, summary
     assert summary["baseline"]["passed"] >= 1, summary
+    # The reward signal sees GRPO's groups though each turn was graded alone: 2 steps of 2 groups.
+    assert status["diagnostics"]["rewardSignal"]["groups"] == 4, status["diagnostics"]
     comparison = summary["comparison"]
     # A delta on the same 16 tasks, or the reason it is not comparable (all 16 right on both sides).
     assert comparison.get("tasks") == 16 or comparison["reason"] == "AllPassed", comparison

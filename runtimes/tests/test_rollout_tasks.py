@@ -53,9 +53,11 @@ class Model:
 class Grader:
     def __init__(self) -> None:
         self.graded: list[str] = []
+        self.items: list[dict[str, Any]] = []
 
     def grade(self, items: list[dict[str, Any]], phase: str) -> list[dict[str, Any]]:
         self.graded += [item["taskId"] for item in items]
+        self.items += items
         return [{"verdict": "Incorrect", "reward": 0.0, "done": True} for _ in items]
 
 
@@ -82,3 +84,12 @@ def test_tasks_that_share_a_prompt_are_played_and_graded_as_themselves() -> None
     assert [messages for messages, _ in tokenizer.rendered] == [[{"role": "user", "content": RULES}]] * 4
     assert [offered_tools for _, offered_tools in tokenizer.rendered] == [None, None, tools, tools]
     assert all(TASK_MARK not in m for messages, _ in tokenizer.rendered for m in messages)
+    # Each turn is graded alone, so each item names its GRPO group (the batch and the task) and its episode.
+    assert [(item["group"], item["episode"]) for item in grader.items] == [
+        ("s0.b0/seed-3", 0),
+        ("s0.b0/seed-3", 1),
+        ("s0.b0/seed-7", 0),
+        ("s0.b0/seed-7", 1),
+    ]
+    rollout(prompts, trainer)
+    assert {item["group"] for item in grader.items[4:]} == {"s0.b1/seed-3", "s0.b1/seed-7"}

@@ -179,6 +179,52 @@ def test_a_group_is_one_task_in_one_request_and_unscored_completions_are_left_ou
     assert diagnostics["rewardSignal"]["flatGroups"] == 1 and "warning" in diagnostics["rewardSignal"]
 
 
+def turn(group: str, episode: int, reward: float | None, request: int) -> dict[str, Any]:
+    """One turn's verdict record of a multi-turn episode, tagged with its group and episode by the trainer."""
+    verdict = "InfrastructureFailure" if reward is None else ("Correct" if reward else "Incorrect")
+    return {**record("a", verdict, None, request, reward), "group": group, "episode": episode}
+
+
+def test_a_multi_turn_group_is_the_trainer_s_and_each_episode_counts_its_last_turn() -> None:
+    # Two episodes of one group, each graded turn by turn in requests of their own: 0.0 after the first
+    # turn (a tool call), then 1.0 at the end for both. Flat at 1.0, though the turns' rewards differ.
+    both_won = [turn("s0/a", 0, 0.0, 1), turn("s0/a", 0, 1.0, 2), turn("s0/a", 1, 0.0, 3), turn("s0/a", 1, 1.0, 4)]
+    _, diagnostics = summarize(both_won)
+    assert diagnostics["rewardSignal"]["groups"] == 1 and diagnostics["rewardSignal"]["flatGroups"] == 1
+    assert "learns nothing" in diagnostics["rewardSignal"]["warning"]
+    # A third episode that ends at 0.0 gives the group a signal.
+    _, diagnostics = summarize([*both_won, turn("s0/a", 2, 0.0, 5)])
+    assert diagnostics == {"rewardSignal": {"groups": 1, "flatGroups": 0}}
+    # An episode whose last turn went unscored has no reward: it leaves the group.
+    _, diagnostics = summarize([*both_won, turn("s0/a", 2, 0.0, 5), turn("s0/a", 2, None, 6)])
+    assert diagnostics["rewardSignal"] == {**diagnostics["rewardSignal"], "groups": 1, "flatGroups": 1}
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    turns=st.lists(
+        st.tuples(st.sampled_from(["g1", "g2"]), st.integers(0, 3), st.sampled_from([0.0, 0.5, 1.0, None])),
+        max_size=40,
+    )
+)
+def test_the_incremental_signal_of_named_groups_equals_counting_afresh(
+    turns: list[tuple[str, int, float | None]],
+) -> None:
+    tally = GradingTally()
+    last: dict[str, dict[int, float]] = {}
+    for number, (name, episode, reward) in enumerate(turns, start=1):
+        tally.add(turn(name, episode, reward, number))
+        if reward is None:
+            last.setdefault(name, {}).pop(episode, None)
+        else:
+            last.setdefault(name, {})[episode] = reward
+    real = [rewards for rewards in last.values() if len(rewards) >= 2]
+    flat = [rewards for rewards in real if len(set(rewards.values())) == 1]
+    if turns:
+        signal = tally.diagnostics()["rewardSignal"]
+        assert (signal["groups"], signal["flatGroups"]) == (len(real), len(flat))
+
+
 def test_no_training_gradings_no_diagnostics() -> None:
     assert summarize(side("Baseline", 1, 2))[1] == {}
 

@@ -123,6 +123,20 @@ def test_each_verdict_is_recorded_with_the_phase_of_its_request(phase: str | Non
     assert all("phase" not in verdict for verdict in reply["verdicts"])
 
 
+def test_a_multi_turn_trainer_s_group_and_episode_go_with_each_verdict_record() -> None:
+    api, _, _ = make_api(FakeGrading())
+    records: list[list[dict[str, Any]]] = []
+    api.on_verdicts = records.append
+    items = [
+        {"taskId": "test-0", "turns": ["a"], "group": "s0.b0/test-0", "episode": 2},
+        {"taskId": "test-1", "turns": ["b"]},
+    ]
+    status, reply = post(api, "gradings", {"items": items})
+    assert status == 200
+    assert [(r.get("group"), r.get("episode")) for r in records[0]] == [("s0.b0/test-0", 2), (None, None)]
+    assert all("group" not in verdict for verdict in reply["verdicts"])  # the platform's bookkeeping
+
+
 def test_for_trainer_leaves_verdicts_without_process_evidence_alone() -> None:
     verdict = {"taskId": "t", "verdict": "InfrastructureFailure", "reward": None, "evidence": {"message": "x"}}
     assert for_trainer(verdict) is verdict
@@ -160,6 +174,10 @@ def test_routing(method: str, path: str, status: int, message: str | None) -> No
         ("gradings", {"items": [{"taskId": "t", "completion": "c"}], "phase": "Evaluating"}, "phase must be one of"),
         ("gradings", {"items": [{"taskId": "t", "completion": "c"}], "phase": None}, "got None"),
         ("gradings", {"items": [{"taskId": "t", "completion": "c"}], "phase": "baseline"}, "'Baseline'"),
+        ("gradings", {"items": [{"taskId": "t", "turns": ["c"], "group": 3}]}, "'group' must be a string"),
+        ("gradings", {"items": [{"taskId": "t", "turns": ["c"], "group": "g" * 201}]}, "1 to 200 characters"),
+        ("gradings", {"items": [{"taskId": "t", "turns": ["c"], "episode": 0}]}, "'episode' needs the 'group'"),
+        ("gradings", {"items": [{"taskId": "t", "turns": ["c"], "group": "g", "episode": -1}]}, "0 or more"),
         ("events", {}, "an event needs at least one of"),
         ("events", {"stage": "Cooking"}, "stage must be one of"),
         ("events", {"step": -1}, "step must be a whole number >= 0"),

@@ -23,6 +23,7 @@ rollout plays and grades the episode as that task, and the mark is dropped befor
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -68,9 +69,17 @@ def unmarked(prompt: list[Any]) -> list[Any]:
 def make_rollout(context: RunContext, p: Any, task_ids: dict[str, str], tools: dict[str, Tools] | None = None) -> Any:
     """`task_ids` maps each prompt (as `episode_key` names it) to its taskId, `tools` to the tools it offers."""
     offered = tools or {}
+    batches = itertools.count()
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
         import torch
+
+        # Each turn is graded in a request of its own, so the platform cannot see GRPO's groups: every item
+        # names its group (the step, this process's batch, the task) and its episode in it, for the
+        # reward-signal diagnostic. The step keeps a restarted trainer's groups apart from the last one's.
+        step = getattr(getattr(trainer, "state", None), "global_step", 0)
+        batch = f"s{step}.b{next(batches)}"
+        played: dict[str, int] = {}
 
         tokenizer = trainer.processing_class
         model = trainer.model
@@ -86,6 +95,9 @@ def make_rollout(context: RunContext, p: Any, task_ids: dict[str, str], tools: d
         }
         for prompt, _ in episodes:
             key = episode_key(prompt)
+            task_id = task_ids[key]
+            episode = played[task_id] = played.get(task_id, -1) + 1
+            tags = {"group": f"{batch}/{task_id}", "episode": episode}
             messages = unmarked(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
             rendered = tokenizer.apply_chat_template(
                 messages,
@@ -126,7 +138,7 @@ def make_rollout(context: RunContext, p: Any, task_ids: dict[str, str], tools: d
                 completion += new
                 mask += [1] * len(new)
                 turns.append(tokenizer.decode(new, skip_special_tokens=True))
-                verdict = context.api.grade([{"taskId": task_ids[key], "turns": turns}], "Training")[0]
+                verdict = context.api.grade([{"taskId": task_id, "turns": turns, **tags}], "Training")[0]
                 message = next_message(verdict)
                 if verdict.get("done", True) or message is None or turn + 1 >= p.max_turns:
                     break

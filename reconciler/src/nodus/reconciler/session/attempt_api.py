@@ -8,6 +8,8 @@ its clients. HTTP/1.1, JSON bodies, POST only:
                                             one {"taskId", "prompt", "metadata"} per line, never an answer
     POST /trainingjobs/{name}/gradings   {"items": [{"taskId", "completion"} | {"taskId", "turns"}, ...],
                                           "phase"?: "Baseline" | "Training" | "Evaluation"}  (Training if left out)
+                                         an item may name its GRPO group, `"group": "..."` and `"episode": n`
+                                         (a multi-turn trainer grades each turn alone; the summary needs them)
                                          -> {"verdicts": [{"taskId", "verdict", "reward", "evidence"}, ...]}
                                             (the evidence without the sandbox's argv, which names host folders)
     POST /trainingjobs/{name}/events     {"stage"?, "step"?, "totalSteps"?, "metrics"?, "summary"?, "message"?}
@@ -202,13 +204,36 @@ class AttemptAPI:
         phase = payload.get("phase", DEFAULT_PHASE)
         if phase not in PHASES:
             raise _RequestError(HTTPStatus.BAD_REQUEST, f"phase must be one of {list(PHASES)}, got {phase!r}")
+        tags = [_group_tags(item) for item in items]
         verdicts = [verdict.to_json() for verdict in self.grading.grade(self.grading_job, environment.ref(), items)]
-        self.on_verdicts([{**verdict, "phase": phase} for verdict in verdicts])
+        self.on_verdicts([{**verdict, "phase": phase, **tag} for verdict, tag in zip(verdicts, tags, strict=True)])
         return Reply(HTTPStatus.OK, {"verdicts": [for_trainer(verdict) for verdict in verdicts]})
 
     def _event(self, payload: dict[str, Any]) -> Reply:
         self.on_event(check_event(payload))
         return Reply(HTTPStatus.OK, {"accepted": True})
+
+
+MAX_GROUP_CHARS = 200
+
+
+def _group_tags(item: Mapping[str, Any]) -> dict[str, Any]:
+    """The item's `group` and `episode`, checked (400 before any grader runs), for its verdict record."""
+    tags: dict[str, Any] = {}
+    group, episode = item.get("group"), item.get("episode")
+    if group is not None:
+        if not isinstance(group, str) or not group or len(group) > MAX_GROUP_CHARS:
+            raise _RequestError(
+                HTTPStatus.BAD_REQUEST, f"'group' must be a string of 1 to {MAX_GROUP_CHARS} characters"
+            )
+        tags["group"] = group
+    if episode is not None:
+        if group is None:
+            raise _RequestError(HTTPStatus.BAD_REQUEST, "'episode' needs the 'group' it is an episode of")
+        if isinstance(episode, bool) or not isinstance(episode, int) or episode < 0:
+            raise _RequestError(HTTPStatus.BAD_REQUEST, "'episode' must be a whole number, 0 or more")
+        tags["episode"] = episode
+    return tags
 
 
 def for_trainer(verdict: dict[str, Any]) -> dict[str, Any]:

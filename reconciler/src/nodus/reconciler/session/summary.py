@@ -16,7 +16,10 @@ Evaluation) and the supervisor's `request` (one number per gradings request). Th
   least `minComparisonTasks` tasks scored on both (`TooFewTasks`), and not all-fail (`NonePassed`) nor
   all-pass (`AllPassed`) on both sides; pass rates and the change are on the tasks scored on both sides;
 - completions of one task in one Training request are a group (GRPO's group); a group whose rewards are all
-  the same teaches a group-relative method nothing, and when every group is so, `rewardSignal` warns;
+  the same teaches a group-relative method nothing, and when every group is so, `rewardSignal` warns. A
+  multi-turn trainer grades each turn of each episode in a request of its own, so it names the group itself:
+  its items carry `group` (and `episode`, which episode of the group), and the last verdict of each episode
+  is that episode's reward (an episode's earlier turns are replaced as it goes on);
 - every InfrastructureFailure verdict is a failed grading, counted per phase against that phase's gradings
   (`gradingFailures`, only when there was one): the run still succeeds, so the count and the
   `GradingFailures` condition (`failures_message`) are how users learn that some replies were never scored.
@@ -65,6 +68,17 @@ class _Group:
     flat: bool = True
 
 
+@dataclass
+class _EpisodeGroup:
+    """The latest reward of each episode of a group the trainer named (`group`, `episode` on its items)."""
+
+    rewards: dict[str, float]
+
+    def state(self) -> tuple[bool, bool]:
+        """(counted: two episodes or more, flat: one reward for all of them)."""
+        return len(self.rewards) >= 2, len(set(self.rewards.values())) == 1
+
+
 class GradingTally:
     """Verdict records folded as they come (`add`), cheap to summarise at any point.
 
@@ -76,6 +90,7 @@ class GradingTally:
     def __init__(self) -> None:
         self._last: dict[str, dict[str, str]] = {BASELINE: {}, EVALUATION: {}}
         self._groups: dict[tuple[int, str], _Group] = {}
+        self._named_groups: dict[str, _EpisodeGroup] = {}
         self.records = 0
         self.training_records = 0
         self.groups = 0
@@ -105,8 +120,24 @@ class GradingTally:
             self._last[phase][task_id] = verdict
         elif phase == TRAINING:
             self.training_records += 1
-            if isinstance(request, int) and not isinstance(request, bool):
+            group = record.get("group")
+            if isinstance(group, str):
+                episode = record.get("episode")
+                self._add_episode_reward(group, str(episode if episode is not None else self.records), record)
+            elif isinstance(request, int) and not isinstance(request, bool):
                 self._add_reward((request, task_id), record.get("reward"))
+
+    def _add_episode_reward(self, name: str, episode: str, record: Mapping[str, Any]) -> None:
+        reward = record.get("reward")
+        group = self._named_groups.setdefault(name, _EpisodeGroup({}))
+        counted, flat = group.state()
+        if isinstance(reward, bool) or not isinstance(reward, int | float):
+            group.rewards.pop(episode, None)  # unscored now: the episode has no reward to compare
+        else:
+            group.rewards[episode] = float(reward)
+        now_counted, now_flat = group.state()
+        self.groups += int(now_counted) - int(counted)
+        self.flat_groups += int(now_counted and now_flat) - int(counted and flat)
 
     def _add_reward(self, key: tuple[int, str], reward: object) -> None:
         if isinstance(reward, bool) or not isinstance(reward, int | float):
