@@ -304,7 +304,9 @@ def test_a_cap_raised_while_the_job_runs_is_the_one_it_stops_at(jobs: Any) -> No
     jobs.executor.resume(PROJECT, "tj", max_cost_usd="0.035")  # running (or about to): only the cap changes
     status = jobs.wait()
     assert status["phase"] == SUSPENDED and status["reason"] == "MaxCostReached"
-    assert Decimal("0.02") + spec.interval_cost() < _cost(status) <= Decimal("0.035") + spec.interval_cost()
+    # Past the first cap, and stopped at the raised one: within one interval of it, plus one more for an
+    # accounting tick a loaded host ran late (cost is wall time, and a late tick bills the time it was late).
+    assert Decimal("0.02") + spec.interval_cost() < _cost(status) <= Decimal("0.035") + 2 * spec.interval_cost()
     assert status["maxCostUSD"] == "0.035"
 
 
