@@ -13,31 +13,17 @@ tests/test_train_multiturn.py.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from nodus.builder.cli import main as nodus_build
-from nodus.cli.main import cli
+from nodus.testing.module_project import graded_pairs, nodus, training_project
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
 FOLDER = Path(__file__).resolve().parents[1] / "catalog" / "higher-lower"
 MODULE = "higher_lower_env.py"
-ENVIRONMENT = """apiVersion: nodus.dev/v1
-kind: Environment
-metadata: {name: higher-lower}
-spec:
-  version: 1.0.0
-  package: {path: ., loader: higher_lower_env}
-  modes: [Train, Evaluate]
-  rewardType: Binary
-  grading: {maxParallel: 2, timeout: 30s}
-"""
 # Up to four guesses, the game's own limit; a guess is about 20 tokens, the prompt about 170. 16 held-out games
 # (the comparison's default minimum) with seed 0 include two whose secret is 8, which the warmed-up model's
 # first guess wins, so the baseline is above zero and the comparison is computed.
@@ -53,11 +39,6 @@ spec:
 """
 
 
-def nodus(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return result.exit_code, result.output
-
-
 @pytest.fixture(scope="session")
 def game_model(warmed_model: Callable[..., tuple[str, str]]) -> tuple[str, str]:
     """(HF_HUB_CACHE, revision) of the tiny model warmed up on higher-lower's gold binary search."""
@@ -66,32 +47,9 @@ def game_model(warmed_model: Callable[..., tuple[str, str]]) -> tuple[str, str]:
 
 @pytest.fixture
 def project(tmp_path: Path, base_reference: str, game_model: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    shutil.copy(FOLDER / MODULE, root / MODULE)
-    (root / "environment.yaml").write_text(ENVIRONMENT)
-    flags = ["--network", "none", "--base", base_reference, "--lock", str(root / "nodus.lock")]
-    with pytest.raises(SystemExit) as exited:
-        nodus_build([str(root), *flags, "--state-dir", str(root / ".nodus"), "--json"])
-    assert exited.value.code == 0
-    (root / "job.yaml").write_text(JOB.format(revision=game_model[1]))
-    monkeypatch.setenv("HF_HUB_CACHE", game_model[0])
-    monkeypatch.setenv("NODUS_RECORD_WIRE", "1")
-    monkeypatch.chdir(root)
-    return root
-
-
-def graded_pairs(root: Path, job: str) -> dict[str, list[tuple[dict[str, Any], dict[str, Any]]]]:
-    """(request item, verdict) of every grading of `job` on the attempt API's wire, by phase."""
-    wire = root / ".nodus" / "jobs" / "default" / job / "logs" / "attempt-wire.jsonl"
-    pairs: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
-    for line in wire.read_text().splitlines():
-        record = json.loads(line)
-        if record["path"].endswith("/gradings"):
-            items, verdicts = record["request"]["items"], record["response"]["verdicts"]
-            phase = pairs.setdefault(record["request"].get("phase", "Training"), [])
-            phase += list(zip(items, verdicts, strict=True))
-    return pairs
+    return training_project(
+        tmp_path / "project", FOLDER / MODULE, "higher-lower", base_reference, JOB, game_model, monkeypatch
+    )
 
 
 def test_games_go_on_past_the_first_guess_with_the_graders_feedback(project: Path) -> None:

@@ -12,29 +12,15 @@ tests/test_train_grpo.py.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from nodus.builder.cli import main as nodus_build
-from nodus.cli.main import cli
+from nodus.testing.module_project import graded_pairs, nodus, training_project
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
 GUESS_AGAIN = Path(__file__).resolve().parents[1] / "runtimes" / "tests" / "envs" / "guess_again.py"
-ENVIRONMENT = """apiVersion: nodus.dev/v1
-kind: Environment
-metadata: {name: guess-again}
-spec:
-  version: 1.0.0
-  package: {path: ., loader: guess_again}
-  modes: [Train, Evaluate]
-  rewardType: Binary
-  grading: {maxParallel: 2, timeout: 30s}
-"""
 JOB = """apiVersion: nodus.dev/v1beta1
 kind: TrainingJob
 metadata: {{name: episodes}}
@@ -47,49 +33,27 @@ spec:
 """
 
 
-def nodus(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return result.exit_code, result.output
-
-
 @pytest.fixture
 def project(tmp_path: Path, base_reference: str, tiny_model: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    shutil.copy(GUESS_AGAIN, root / "guess_again.py")
-    (root / "environment.yaml").write_text(ENVIRONMENT)
-    flags = ["--network", "none", "--base", base_reference, "--lock", str(root / "nodus.lock")]
-    with pytest.raises(SystemExit) as exited:
-        nodus_build([str(root), *flags, "--state-dir", str(root / ".nodus"), "--json"])
-    assert exited.value.code == 0
-    (root / "job.yaml").write_text(JOB.format(revision=tiny_model[1]))
-    monkeypatch.setenv("HF_HUB_CACHE", tiny_model[0])
-    monkeypatch.setenv("NODUS_RECORD_WIRE", "1")
-    monkeypatch.chdir(root)
-    return root
+    return training_project(
+        tmp_path / "project", GUESS_AGAIN, "guess-again", base_reference, JOB, tiny_model, monkeypatch
+    )
 
 
 def test_episodes_go_turn_by_turn_through_the_sandboxed_grader(project: Path) -> None:
     code, output = nodus("apply", str(project), "--yes", "--wait", "--timeout", "10m")
     assert code == 0 and "TrainingJob/episodes: Succeeded" in output, output
-    wire = project / ".nodus" / "jobs" / "default" / "episodes" / "logs" / "attempt-wire.jsonl"
-    gradings: list[dict[str, Any]] = [
-        record for line in wire.read_text().splitlines() if (record := json.loads(line))["path"].endswith("/gradings")
-    ]
-    by_phase: dict[str, list[dict[str, Any]]] = {}
-    for record in gradings:
-        by_phase.setdefault(record["request"].get("phase", "Training"), []).append(record)
-    training = by_phase["Training"]
-    turns = [len(item["turns"]) for record in training for item in record["request"]["items"]]
+    pairs = graded_pairs(project, "episodes")
+    training = pairs["Training"]
+    turns = [len(item["turns"]) for item, _ in training]
     # Every reply was graded as part of an episode; some went on after "Try again.", none past maxTurns.
     assert turns and all(1 <= count <= 3 for count in turns), turns
     assert max(turns) >= 2, turns
-    replies = [v.get("next") for record in training for v in record["response"]["verdicts"]]
+    replies = [verdict.get("next") for _, verdict in training]
     assert "Try again." in replies  # the grader's reply, from its container
     # Held-out episodes before and after, on the same 4 tasks, scored by the platform.
     for phase in ("Baseline", "Evaluation"):
-        items = [item for record in by_phase[phase] for item in record["request"]["items"]]
-        assert items and all("turns" in item for item in items), phase
+        assert pairs[phase] and all("turns" in item for item, _ in pairs[phase]), phase
     status = json.loads(nodus("get", "tj", "episodes", "-o", "json")[1])["status"]
     summary = status["summary"]
     assert summary["baseline"]["tasks"] == 4 and summary["final"]["tasks"] == 4, summary

@@ -16,31 +16,17 @@ tests/test_train_multiturn.py.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from nodus.builder.cli import main as nodus_build
-from nodus.cli.main import cli
+from nodus.testing.module_project import graded_pairs, nodus, training_project
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
 FOLDER = Path(__file__).resolve().parents[1] / "catalog" / "tool-calculator"
 MODULE = "tool_calculator_env.py"
-ENVIRONMENT = """apiVersion: nodus.dev/v1
-kind: Environment
-metadata: {name: tool-calculator}
-spec:
-  version: 1.0.0
-  package: {path: ., loader: tool_calculator_env}
-  modes: [Train, Evaluate]
-  rewardType: Binary
-  grading: {maxParallel: 2, timeout: 30s}
-"""
 # Two model turns: the call, then the answer with the tool's result. 64 tokens a reply holds a call (about 51).
 JOB = """apiVersion: nodus.dev/v1beta1
 kind: TrainingJob
@@ -54,11 +40,6 @@ spec:
 """
 
 
-def nodus(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return result.exit_code, result.output
-
-
 @pytest.fixture(scope="session")
 def tool_model(warmed_model: Callable[..., tuple[str, str]]) -> tuple[str, str]:
     """(HF_HUB_CACHE, revision) of the tiny model warmed up on tool-calculator's gold episodes, until 70% of the
@@ -70,44 +51,15 @@ def tool_model(warmed_model: Callable[..., tuple[str, str]]) -> tuple[str, str]:
 
 @pytest.fixture
 def project(tmp_path: Path, base_reference: str, tool_model: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    shutil.copy(FOLDER / MODULE, root / MODULE)
-    (root / "environment.yaml").write_text(ENVIRONMENT)
-    flags = ["--network", "none", "--base", base_reference, "--lock", str(root / "nodus.lock")]
-    with pytest.raises(SystemExit) as exited:
-        nodus_build([str(root), *flags, "--state-dir", str(root / ".nodus"), "--json"])
-    assert exited.value.code == 0
-    (root / "job.yaml").write_text(JOB.format(revision=tool_model[1]))
-    monkeypatch.setenv("HF_HUB_CACHE", tool_model[0])
-    monkeypatch.setenv("NODUS_RECORD_WIRE", "1")
-    monkeypatch.chdir(root)
-    return root
-
-
-def gradings_by_phase(root: Path, job: str) -> dict[str, list[dict[str, Any]]]:
-    """The attempt API's gradings requests and responses of `job`, by phase (Training, Baseline, Evaluation)."""
-    wire = root / ".nodus" / "jobs" / "default" / job / "logs" / "attempt-wire.jsonl"
-    by_phase: dict[str, list[dict[str, Any]]] = {}
-    for line in wire.read_text().splitlines():
-        record = json.loads(line)
-        if record["path"].endswith("/gradings"):
-            by_phase.setdefault(record["request"].get("phase", "Training"), []).append(record)
-    return by_phase
+    return training_project(
+        tmp_path / "project", FOLDER / MODULE, "tool-calculator", base_reference, JOB, tool_model, monkeypatch
+    )
 
 
 def test_tool_calls_run_in_the_grader_and_come_back_as_tool_turns(project: Path) -> None:
     code, output = nodus("apply", str(project), "--yes", "--wait", "--timeout", "10m")
     assert code == 0 and "TrainingJob/tools: Succeeded" in output, output
-    by_phase = gradings_by_phase(project, "tools")
-    pairs = {
-        phase: [
-            (item, verdict)
-            for record in records
-            for item, verdict in zip(record["request"]["items"], record["response"]["verdicts"], strict=True)
-        ]
-        for phase, records in by_phase.items()
-    }
+    pairs = graded_pairs(project, "tools")
     # The tool ran in the grader: a first turn with a <tool_call> got the tool's result back as a tool turn ...
     training = pairs["Training"]
     tool_turns = [v for item, v in training if len(item["turns"]) == 1 and v.get("nextRole") == "tool"]
