@@ -501,9 +501,9 @@ def up(
                 )
             )
             write_record(folder, record)  # recorded as soon as it runs: an interrupted `up` can still be brought down
-            if role == "head":  # workers join a GCS that answers (on two busy cores they time out otherwise)
-                _wait_up(record, started, deadline - time.monotonic(), timeout_s)
-        _wait_up(record, started, deadline - time.monotonic(), timeout_s)
+            # One node at a time, each alive before the next starts: `ray start` gives its raylet a fixed 30 s to
+            # register with the GCS, and nodes starting together on two busy cores missed it.
+            _wait_up(record, started, deadline - time.monotonic(), timeout_s)
     except BaseException:
         end_processes(record.nodes)
         for process in started:
