@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 from collections.abc import Iterator
 
 import pytest
 
+from nodus.builder.host_programs import which
 from nodus.reconciler.executors.ray import cluster, netns
 from nodus.testing.ray_cluster import RayTestCluster, shared_cluster
 
@@ -23,7 +23,7 @@ from nodus.testing.ray_cluster import RayTestCluster, shared_cluster
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayTestCluster]:
     if importlib.util.find_spec("ray") is None:
         pytest.skip("Ray is not installed (pip install 'nodus[ray]')")
-    if shutil.which("ip") is None or os.geteuid() != 0:
+    if which("ip") is None or os.geteuid() != 0:
         pytest.skip("network namespaces need `ip` (iproute2) and root")
     folder = tmp_path_factory.getbasetemp().parent / "nodus-ray-cluster"
     with shared_cluster(folder) as running:

@@ -54,7 +54,7 @@ def test_a_damaged_record_names_the_file_and_the_field(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"cluster.json: nodes\[0\].pid is missing or not a whole number"):
         cluster.read_record(tmp_path)
     (tmp_path / "cluster.json").write_text("{")
-    with pytest.raises(ConfigError, match="cluster.json: not a cluster record"):
+    with pytest.raises(ConfigError, match=r"cluster\.json: not a cluster record"):
         cluster.read_record(tmp_path)
 
 

@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nodus.builder.host_programs import which
 from nodus.errors import ConfigError, ExecutorError, PrerequisiteError
 from nodus.reconciler.executors.local.job import same_process_alive, signal_verified, start_ticks
 from nodus.reconciler.executors.ray import netns
@@ -307,7 +308,7 @@ def ray_command() -> str:
     beside = Path(sys.executable).parent / "ray"
     if beside.is_file():
         return str(beside)
-    found = shutil.which("ray")
+    found = which("ray")
     if found is None:
         raise PrerequisiteError("`nodus cluster` needs Ray", hint=RAY_INSTALL_HINT)
     return found

@@ -17,11 +17,11 @@ import contextlib
 import ctypes
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+from nodus.builder.host_programs import which
 from nodus.errors import ConfigError, ExecutorError, PrerequisiteError
 
 NETNS_ROOT = Path("/run/netns")
@@ -41,7 +41,7 @@ def exists(name: str) -> bool:
 
 
 def _ip(*args: str) -> None:
-    if shutil.which("ip") is None:
+    if which("ip") is None:
         raise PrerequisiteError("`ip` is not installed", hint="apt-get install iproute2")
     done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
     if done.returncode != 0:
