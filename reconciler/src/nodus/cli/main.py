@@ -13,7 +13,19 @@ from typing import Any
 
 import click
 
-from nodus.cli import controller, env, jobs, plan_apply, pr_comment, refresh, resources, schema, validate, version
+from nodus.cli import (
+    cluster,
+    controller,
+    env,
+    jobs,
+    plan_apply,
+    pr_comment,
+    refresh,
+    resources,
+    schema,
+    validate,
+    version,
+)
 from nodus.cli.console import err_line
 from nodus.errors import NodusError
 
@@ -62,6 +74,7 @@ cli.add_command(jobs.delete)
 cli.add_command(jobs.patch)
 cli.add_command(controller.controller)
 cli.add_command(pr_comment.pr_comment)
+cli.add_command(cluster.cluster_group)
 
 
 def main() -> None:
