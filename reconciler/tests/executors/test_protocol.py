@@ -207,12 +207,12 @@ def test_the_project_setting_picks_the_executor(tmp_path: Path) -> None:
     assert isinstance(executor(project), LocalExecutor)  # no nodus.yaml: local
     (tmp_path / "nodus.yaml").write_text("executor: local\n")
     assert isinstance(executor(project), LocalExecutor)
-    (tmp_path / "nodus.yaml").write_text("executor: ray\n")
+    (tmp_path / "nodus.yaml").write_text("executor: slurm\n")
     with pytest.raises(ConfigError, match=r"nodus.yaml: executor: ") as caught:
         executor(project)
     assert "Project settings: executor" in str(caught.value.hint)
-    with pytest.raises(ConfigError, match="'ray' is not an executor nodus has"):
-        choose_executor("ray", tmp_path)
+    with pytest.raises(ConfigError, match="'slurm' is not an executor nodus has"):
+        choose_executor("slurm", tmp_path)
 
 
 # --- the contract covers every module outside the executors ----------------------------------------------

@@ -1,21 +1,28 @@
-"""Fixtures for the Ray executor's tests: `ray_cluster`, one real Ray cluster per test run (`nodus.testing.ray_cluster`):
-a head and two workers of made-up GPU types in a network namespace of their own, with token auth, stopped by pid.
+"""Fixtures for the Ray executor's tests.
 
-Who uses it: the tests marked `ray` in this folder. It skips where Ray is not installed (the `nodus[ray]` extra) or
-network namespaces cannot be made (`ip netns` needs root and iproute2). Teardown checks what `down` promises: no
-process of the cluster left, no record, no namespace.
+- `ray_cluster`: one real Ray cluster per test run (`nodus.testing.ray_cluster`): a head and two workers of made-up
+  GPU types in a network namespace of their own, with token auth, stopped by pid. For the tests marked `ray`; it
+  skips where Ray is not installed (the `nodus[ray]` extra) or network namespaces cannot be made (`ip netns` needs
+  root and iproute2). Teardown checks what `down` promises: no process of the cluster left, no record, no namespace.
+- `fake_jobs` and `ray_executor`: an in-memory Ray cluster (`FakeJobs`, a `JobsClient`) and a RayExecutor over it,
+  so that the executor's own tests need no Ray (pytest runs with --import-mode=importlib, so helpers come as
+  fixtures, never by import).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
 from nodus.builder.host_programs import which
-from nodus.reconciler.executors.ray import cluster, netns
+from nodus.errors import TemporaryError
+from nodus.reconciler.executors.ray import RayExecutor, cluster, netns
+from nodus.reconciler.executors.ray.jobs_client import RayJob, RayNode, Submission
 from nodus.testing.ray_cluster import RayTestCluster, shared_cluster
 
 
@@ -31,3 +38,63 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayTestClu
     if cluster.read_record(folder) is None:  # this process brought it down: check it is all gone
         assert cluster.owned_processes(running.record.nodes) == []
         assert not netns.exists(running.netns)
+
+
+class FakeJobs:
+    """A Ray cluster in memory: jobs by submission id, their logs, its nodes. A reused submission id is answered
+    as Ray answers it (an HTTP 500 RuntimeError, not a conflict); `fail_after_submit` makes the next submit raise
+    after the job is recorded (an apply interrupted between Ray taking the job and the answer)."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, RayJob] = {}
+        self.submissions: list[Submission] = []
+        self.job_logs: dict[str, str] = {}
+        self.stopped: list[str] = []
+        self.cluster_nodes: list[RayNode] = [RayNode("head", True, {"CPU": 2.0})]
+        self.fail_after_submit = False
+
+    def submit(self, submission: Submission) -> None:
+        if submission.submission_id in self.jobs:
+            raise RuntimeError("Request failed with status code 500: Job with submission_id already exists.")
+        self.submissions.append(submission)
+        self.jobs[submission.submission_id] = RayJob(
+            submission.submission_id, "PENDING", "Job has not started yet.", dict(submission.metadata)
+        )
+        self.job_logs[submission.submission_id] = ""
+        if self.fail_after_submit:
+            self.fail_after_submit = False
+            raise TemporaryError("Ray at http://127.0.0.1:8265: the connection was reset after the job was recorded")
+
+    def info(self, submission_id: str) -> RayJob | None:
+        return self.jobs.get(submission_id)
+
+    def list(self) -> Sequence[RayJob]:
+        return list(self.jobs.values())
+
+    def stop(self, submission_id: str) -> None:
+        self.stopped.append(submission_id)
+        self.set_status(submission_id, "STOPPED", "Job was intentionally stopped.")
+
+    def logs(self, submission_id: str) -> str:
+        return self.job_logs[submission_id]
+
+    def nodes(self) -> Sequence[RayNode]:
+        return list(self.cluster_nodes)
+
+    # --- what a test does to the cluster ---------------------------------------------------------------
+
+    def set_status(self, submission_id: str, status: str, message: str | None = None) -> None:
+        self.jobs[submission_id] = dataclasses.replace(self.jobs[submission_id], status=status, message=message)
+
+    def write_log(self, submission_id: str, text: str) -> None:
+        self.job_logs[submission_id] += text
+
+
+@pytest.fixture
+def fake_jobs() -> FakeJobs:
+    return FakeJobs()
+
+
+@pytest.fixture
+def ray_executor(fake_jobs: FakeJobs, tmp_path: Path) -> RayExecutor:
+    return RayExecutor(fake_jobs, tmp_path / "jobs", python="/opt/node/bin/python")

@@ -6,7 +6,11 @@ resource, so `nodus plan` skips it as other YAML), unknown keys are errors, and 
 project without the file behaves as before:
 
     # nodus.yaml
-    executor: local        # where the project's jobs run: local (default, the only one yet)
+    executor: local        # where the project's jobs run: local (default), or a Ray cluster:
+    # executor:
+    #   ray:
+    #     address: http://HOST:8265   # the cluster's dashboard (Jobs API); else RAY_ADDRESS
+    #     tokenSecret: ray-token      # a Secret holding the token; else RAY_AUTH_TOKEN
     grading:
       sandbox: container   # auto (default) | container | process
 """
@@ -17,7 +21,8 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import ValidationError
+from pydantic import ValidationError, field_validator
+from pydantic_core import ErrorDetails
 
 from nodus.errors import ConfigError
 from nodus.specs.base import SpecModel
@@ -35,14 +40,47 @@ class GradingSettings(SpecModel):
     rlimits, exactly the files the image would hold)."""
 
 
+class RaySettings(SpecModel):
+    """Where the project's Ray cluster is and how to authenticate to it (`executor: {ray: {...}}`)."""
+
+    address: str | None = None
+    """The cluster's dashboard, `http://HOST:8265` (its Jobs API); None: RAY_ADDRESS when nodus runs."""
+    token_secret: str | None = None
+    """The Secret holding the cluster's auth token (`RAY_AUTH_MODE=token`); None: RAY_AUTH_TOKEN when nodus runs."""
+
+    @field_validator("address")
+    @classmethod
+    def _dashboard_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"must be the dashboard's http(s)://HOST:PORT (got {value!r})")
+        return value
+
+
+class ExecutorSettings(SpecModel):
+    """`executor:` as a mapping: the one executor named, with its settings."""
+
+    ray: RaySettings
+    """Jobs on a Ray cluster, each with its session on the node that runs its trainer."""
+
+
 class ProjectSettings(SpecModel):
     """The settings of one project (`nodus.yaml`)."""
 
-    executor: Literal["local"] = "local"
+    executor: Literal["local", "ray"] | ExecutorSettings = "local"
     """Which executor runs the project's jobs (`nodus.reconciler.executors.choose`): local, processes on this
-    machine under a supervisor each. The only one so far; the field exists so a project names it."""
+    machine under a supervisor each; ray (or `{ray: {address, tokenSecret}}`), jobs on a Ray cluster."""
     grading: GradingSettings = GradingSettings()
     """Grading sandboxes."""
+
+    @property
+    def executor_name(self) -> str:
+        """The executor's name (`local`, `ray`), whichever way `executor:` was written."""
+        return self.executor if isinstance(self.executor, str) else "ray"
+
+    @property
+    def ray(self) -> RaySettings:
+        """The Ray settings (all defaults where `executor:` names no mapping)."""
+        return self.executor.ray if isinstance(self.executor, ExecutorSettings) else RaySettings()
 
 
 def load_settings(root: Path) -> ProjectSettings:
@@ -62,9 +100,24 @@ def load_settings(root: Path) -> ProjectSettings:
     try:
         return ProjectSettings.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
+        first = _first_error(exc, data)
+        field = ".".join(str(part) for part in first["loc"] if part not in UNION_BRANCHES)
         raise ConfigError(
             f"{path}: {field}: {first['msg']}",
-            hint=f"see the README's Project settings: {field if field == 'executor' else 'grading.sandbox'}",
+            hint="see the README's Project settings: "
+            + ("executor" if field.startswith("executor") else "grading.sandbox"),
         ) from None
+
+
+UNION_BRANCHES = frozenset({"literal['local','ray']", "ExecutorSettings"})
+"""The names pydantic puts in an error's location for the branch of `executor:`'s union it tried."""
+
+
+def _first_error(exc: ValidationError, data: dict[str, object]) -> ErrorDetails:
+    """The first error, of the branch of `executor:` that was written (a name, or a mapping) when it is there."""
+    errors = exc.errors()
+    branch = "ExecutorSettings" if isinstance(data.get("executor"), dict) else "literal['local','ray']"
+    for error in errors:
+        if error["loc"][:1] != ("executor",) or branch in error["loc"]:
+            return error
+    return errors[0]

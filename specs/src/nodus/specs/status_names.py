@@ -112,6 +112,11 @@ class Reason(StrEnum):
     SUPERVISOR_ERROR = "SupervisorError"
     """The supervisor itself failed (a bug or the host): its message says how."""
 
+    # The Ray executor (`executors/ray`).
+    UNSCHEDULABLE = "Unschedulable"
+    """Pending: no alive node of the Ray cluster fits the job's resources; the message lists each offer tried
+    (tried again at the next reconcile)."""
+
     # The TrainingJob and Job controllers and `nodus apply`.
     ENVIRONMENT_NOT_READY = "EnvironmentNotReady"
     """Pending: the Environment named in `spec.environment` is not Ready yet (requeued)."""

@@ -65,7 +65,7 @@ DEFAULT_EVALUATION = {"baseline": True, "final": True, "minComparisonTasks": 16}
 def executor(project: Project) -> Executor:
     """The executor the project names in nodus.yaml (`executor: local` by default)."""
     record_wire = os.environ.get("NODUS_RECORD_WIRE") == "1"
-    return choose_executor(project.settings().executor, project.jobs, record_wire=record_wire, project=project)
+    return choose_executor(project.settings().executor_name, project.jobs, record_wire=record_wire, project=project)
 
 
 KEPT = ("source", "launchGeneration", "price", "export", "sandbox")

@@ -26,8 +26,17 @@ Factory = Callable[[Path, bool, Project | None], Executor]
 """(the project's jobs folder, whether to record the attempt API's wire, the project whose artifacts workloads
 name) -> an executor."""
 
+
+def _ray(jobs_root: Path, record_wire: bool, project: Project | None) -> Executor:
+    """The Ray executor of the project's `executor: {ray: {...}}` (Ray imported only now: it is an extra)."""
+    from .ray.settings import ray_executor
+
+    return ray_executor(jobs_root, project)
+
+
 EXECUTORS: Final[dict[str, Factory]] = {
     "local": lambda jobs_root, record_wire, project: LocalExecutor(jobs_root, project=project, record_wire=record_wire),
+    "ray": _ray,
 }
 
 _BOUND: dict[Path, Executor] = {}

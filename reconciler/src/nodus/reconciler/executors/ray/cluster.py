@@ -50,13 +50,14 @@ from nodus.builder.host_programs import which
 from nodus.errors import ConfigError, ExecutorError, PrerequisiteError
 from nodus.reconciler.executors.local.job import same_process_alive, signal_verified, start_ticks
 from nodus.reconciler.executors.ray import netns
+from nodus.reconciler.executors.ray.jobs_client import EXTRA
+from nodus.reconciler.executors.ray.placement import GPU_TYPE_LABEL
+from nodus.reconciler.executors.ray.placement import GPU_TYPE_RESOURCE as GPU_TYPE_RESOURCE_PREFIX
 
 RECORD_NAME = "cluster.json"
 TOKEN_NAME = "token"
 LOGS_NAME = "logs"
-GPU_TYPE_LABEL = "nodus.dev/gpu-type"
-GPU_TYPE_RESOURCE_PREFIX = "nodus.dev/gpu-type/"
-RAY_INSTALL_HINT = "pip install 'nodus[ray]'"
+RAY_INSTALL_HINT = f"pip install '{EXTRA}'"
 UP_TIMEOUT_S = 180.0
 STOP_GRACE_S = 10.0  # `ray start --block` drains up to 30 s on SIGTERM; what is left then is killed
 OBJECT_STORE_BYTES = 256 * 1024 * 1024

@@ -1,0 +1,470 @@
+"""The Ray executor: jobs as Ray jobs, each running its session on the node that runs its trainer.
+
+Who uses it: the controllers, refresh, the CLI and the SDK through the Executor protocol (`executors/protocol.py`),
+as `choose.py` builds it for a project whose nodus.yaml says `executor: {ray: {address: ...}}` (`from_settings`).
+
+The controller's host only talks to the cluster's Jobs API (`jobs_client.py`, HTTP with token auth). Each run of a
+job is one Ray submission whose id says which run it is (`submission.py`), whose entrypoint is `node_session` (the
+local executor's supervisor, on the node), and whose log carries the session's reports as marker lines
+(`status_stream.py`). So every read here is a read of Ray: a later `nodus` process, or another host with the
+token, sees exactly what an earlier one started. What Ray cannot hold is kept in a small notes file per job under
+`jobs_root` (`ray-notes.json`): a run held back because it fits no node (Pending, `Unschedulable`, tried again at
+the next launch), how this host stopped a run (cancel, suspend, abandon), and a cap raised while a run went on.
+
+What survives a suspension: the node's job folder (state folder with the trainer's checkpoints, outputs, logs,
+cost so far) stays on the node that ran it; the Ray job ends. `resume` submits a new run of the same attempt; when
+Ray places it on the same node it goes on from that state, and on another node it starts over there (the state is
+not moved between nodes yet). What does not survive: the trainer process, the attempt API's socket, the graders.
+A cancel stops the Ray job the same way (the node session suspends its supervisor, then ends) and records the run
+Cancelled here; its folder stays on the node until someone removes it.
+
+Not done yet: `open_output` and `copy_outputs` of a Ray job (its files are on the node, and the controller's host
+shares no filesystem with it): both say so with a ConfigError; `outputs` (names, sizes, sha256) works.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, BinaryIO, Final
+
+from nodus.errors import ConfigError, TemporaryError
+from nodus.specs.status_names import Phase, Reason
+
+from ..local.job import locked, parse_usd, read_json, usd, write_json
+from ..protocol import ENDED_PHASES, Capabilities, Gradings, Observation, OutputFile, OutputManifest
+from ..workload import Workload
+from . import node_session, status_stream
+from .jobs_client import RAY_PENDING, JobsClient, RayJob, Submission
+from .placement import Placement, Unschedulable, offered_types, place
+from .status_stream import Stream
+from .submission import RunKey, run_key, submission_id
+
+NODE_SESSION_MODULE: Final = "nodus.reconciler.executors.ray.node_session"
+NOTES_FILE: Final = "ray-notes.json"
+PROJECT_KEY: Final = "nodus.project"
+NAME_KEY: Final = "nodus.name"
+WORKLOAD_KEY: Final = "nodus.workload"
+LIVE_PHASES: Final = frozenset({Phase.PENDING, Phase.RUNNING})
+STOPS: Final = {
+    "cancel": (Phase.CANCELLED, Reason.CANCEL_REQUESTED, "cancelled"),
+    "suspend": (Phase.SUSPENDED, Reason.SUSPEND_REQUESTED, "suspended (spec.state: Suspended)"),
+}
+NOT_YET: Final = (
+    "copying outputs of a Ray job is not done yet: its files are on the Ray node that ran it, and this host "
+    "shares no filesystem with it"
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One submission of a job: which run it is, Ray's record of it, and its log split."""
+
+    key: RunKey
+    job: RayJob
+    stream: Stream
+
+    @property
+    def submission_id(self) -> str:
+        return self.job.submission_id
+
+
+class RayExecutor:
+    """Jobs on a Ray cluster through `jobs` (its Jobs API). `jobs_root` holds this host's notes of its jobs;
+    `python` is the node's interpreter with nodus installed (the entrypoint's, absolute); `node_jobs` and
+    `node_project` are the node's jobs folder and project folder (None: the node session's defaults)."""
+
+    def __init__(
+        self,
+        jobs: JobsClient,
+        jobs_root: Path,
+        *,
+        python: str = sys.executable,
+        node_jobs: str | None = None,
+        node_project: str | None = None,
+    ) -> None:
+        self.jobs = jobs
+        self.jobs_root = jobs_root
+        self.python = python
+        self.node_jobs = node_jobs
+        self.node_project = node_project
+        self._capabilities: Capabilities | None = None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """No gangs yet; the GPU types the cluster's alive nodes offer (read once)."""
+        if self._capabilities is None:
+            self._capabilities = Capabilities(gangs=False, gpu_types=offered_types(self.jobs.nodes()), services=False)
+        return self._capabilities
+
+    # --- launch ------------------------------------------------------------------------------------------
+
+    def launch(self, workload: Workload) -> None:
+        """Submit the workload's run unless Ray has it, or a later one, already (looked up first: Ray answers a
+        reused submission id with HTTP 500). A run that fits no node is held here as Pending, Unschedulable."""
+        project, name = workload.project, workload.name
+        wanted = RunKey(workload.generation, workload.attempt)
+        with locked(self._lock(project, name)):
+            runs = self._runs(project, name)
+            if any((run.key.generation, run.key.attempt) >= (wanted.generation, wanted.attempt) for run in runs):
+                self._drop_held(project, name, wanted)
+                return
+            held = self._notes(project, name).get("held")
+            if held is not None and _held_key(held) >= wanted and held.get("phase") != Phase.PENDING:
+                return  # held back, then cancelled or suspended here: launched as far as the protocol goes
+            if runs and not _over(runs[-1]):
+                last = runs[-1].key
+                raise TemporaryError(
+                    f"job {project}/{name} still runs generation {last.generation} attempt {last.attempt} on Ray",
+                    delay=5,
+                    hint="cancel it before launching another generation",
+                )
+            self._submit(workload, wanted, node_session.LAUNCH)
+
+    def _submit(self, workload: Workload, key: RunKey, mode: str) -> None:
+        project, name = workload.project, workload.name
+        identifier = submission_id(project, name, key)
+        if self.jobs.info(identifier) is not None:
+            self._drop_held(project, name, key)
+            return
+        placement = place(workload, self.jobs.nodes())
+        if isinstance(placement, Unschedulable):
+            self._hold(workload, key, placement)
+            return
+        self.jobs.submit(self._submission(workload, identifier, placement, mode))
+        self._drop_held(project, name, key)
+
+    def _submission(self, workload: Workload, identifier: str, placement: Placement, mode: str) -> Submission:
+        env = {node_session.WORKLOAD_VARIABLE: workload.to_json(), node_session.RUN_VARIABLE: mode}
+        if self.node_jobs is not None:
+            env[node_session.JOBS_VARIABLE] = self.node_jobs
+        if self.node_project is not None:
+            env[node_session.PROJECT_VARIABLE] = self.node_project
+        return Submission(
+            submission_id=identifier,
+            entrypoint=f"{shlex.quote(self.python)} -m {NODE_SESSION_MODULE}",
+            env_vars=env,
+            metadata={PROJECT_KEY: workload.project, NAME_KEY: workload.name, WORKLOAD_KEY: workload.to_json()},
+            num_gpus=placement.num_gpus,
+            resources=placement.resources,
+            label_selector=placement.label_selector,
+        )
+
+    # --- observe -----------------------------------------------------------------------------------------
+
+    def exists(self, project: str, name: str) -> bool:
+        return bool(self._runs(project, name)) or self._notes(project, name).get("held") is not None
+
+    def observe(self, project: str, name: str, generation: int | None = None) -> Observation:
+        """The latest run's state: its final status marker if it wrote one, else its latest status marker with
+        Ray's status; `lost` when Ray ended it with no final marker and no stop from this host. A run held back
+        (Unschedulable) is Pending with the offers tried."""
+        runs = self._runs(project, name)
+        notes = self._notes(project, name)
+        held = notes.get("held")
+        if generation is None:
+            if held is not None and (not runs or _held_key(held) > runs[-1].key):
+                return Observation.of(held)
+            if not runs:
+                raise ConfigError(f"there is no job {project}/{name} on Ray")
+            return self._observation(runs[-1], notes, latest=True)
+        return self._observation(self._generation_runs(project, name, generation, runs)[-1], notes, latest=False)
+
+    def is_alive(self, project: str, name: str) -> bool:
+        """Its latest run is pending or running on Ray (the node session, and so its supervisor, lives)."""
+        runs = self._runs(project, name)
+        if not runs:
+            if self._notes(project, name).get("held") is not None:
+                return False
+            raise ConfigError(f"there is no job {project}/{name} on Ray")
+        return not runs[-1].job.ended
+
+    def spec_of(self, project: str, name: str) -> Workload:
+        runs = self._runs(project, name)
+        notes = self._notes(project, name)
+        held = notes.get("held")
+        if held is not None and (not runs or _held_key(held) > runs[-1].key):
+            workload = Workload.from_json(held["workload"])
+        elif runs:
+            workload = Workload.from_json(runs[-1].job.metadata[WORKLOAD_KEY])
+        else:
+            raise ConfigError(f"there is no job {project}/{name} on Ray")
+        cap = notes.get("maxCostUSD")
+        if cap is not None and workload.max_cost is not None and Decimal(cap) > workload.max_cost:
+            workload = workload.with_changes(max_cost_usd=cap)
+        return workload
+
+    # --- act ---------------------------------------------------------------------------------------------
+
+    def cancel(self, project: str, name: str) -> None:
+        self._stop(project, name, "cancel")
+
+    def suspend(self, project: str, name: str) -> None:
+        """Stop the Ray job; the node keeps the job's folder (see the module docstring for what survives)."""
+        self._stop(project, name, "suspend")
+
+    def _stop(self, project: str, name: str, how: str) -> None:
+        phase, reason, message = STOPS[how]
+        with locked(self._lock(project, name)):
+            seen = self.observe(project, name)
+            if seen.ended or seen.phase == phase:
+                return
+            runs = self._runs(project, name)
+            notes = self._notes(project, name)
+            held = notes.get("held")
+            if held is not None and (not runs or _held_key(held) > runs[-1].key):
+                notes["held"] = {**held, "phase": phase, "reason": reason, "message": message}
+                self._write_notes(project, name, notes)
+                return
+            run = runs[-1]
+            notes.setdefault("stops", {})[run.submission_id] = {"phase": phase, "reason": reason, "message": message}
+            self._write_notes(project, name, notes)
+            if not run.job.ended:
+                self.jobs.stop(run.submission_id)
+
+    def resume(self, project: str, name: str, max_cost_usd: str | None = None) -> None:
+        """Raise the cap and, when Suspended, submit the next run of the same attempt (`NODUS_RUN=resume`). A
+        running job keeps its cap until it next starts (its session on the node reads no new one)."""
+        with locked(self._lock(project, name)):
+            workload = self.spec_of(project, name)
+            seen = self.observe(project, name)
+            if seen.ended:
+                raise ConfigError(f"job {project}/{name} is {seen.phase}; only a Suspended job can be resumed")
+            notes = self._notes(project, name)
+            if max_cost_usd is not None:
+                workload = _raised(workload, max_cost_usd, f"job {project}/{name}")
+                notes["maxCostUSD"] = workload.max_cost_usd
+                self._write_notes(project, name, notes)
+            if seen.phase != Phase.SUSPENDED:
+                return
+            cost = Decimal(seen.cost_usd or "0")
+            cap = workload.max_cost
+            if cap is not None and cost + workload.interval_cost() > cap:
+                raise ConfigError(
+                    f"job {project}/{name} has cost ${usd(cost)}, which leaves no room under maxCostUSD ${cap}",
+                    hint=f"raise maxCostUSD above {usd(cost + workload.interval_cost())} to resume it",
+                )
+            runs = self._runs(project, name)
+            if runs and (runs[-1].key.generation, runs[-1].key.attempt) == (workload.generation, workload.attempt):
+                key = RunKey(workload.generation, workload.attempt, runs[-1].key.run + 1)
+                self._submit(workload, key, node_session.RESUME)
+            else:  # held back and suspended before it ever ran
+                self._submit(workload, RunKey(workload.generation, workload.attempt), node_session.LAUNCH)
+
+    def restart(self, project: str, name: str) -> None:
+        """A lost run started again as attempt + 1 (on the node that has its state, it resumes from it)."""
+        with locked(self._lock(project, name)):
+            if not self.observe(project, name).lost:
+                return
+            workload = self.spec_of(project, name)
+            restarted = workload.with_changes(attempt=workload.attempt + 1)
+            self._submit(restarted, RunKey(restarted.generation, restarted.attempt), node_session.LAUNCH)
+
+    def abandon(self, project: str, name: str, reason: str, message: str) -> None:
+        with locked(self._lock(project, name)):
+            if not self.observe(project, name).lost:
+                return
+            run = self._runs(project, name)[-1]
+            notes = self._notes(project, name)
+            notes.setdefault("stops", {})[run.submission_id] = {
+                "phase": Phase.FAILED,
+                "reason": reason,
+                "message": message,
+            }
+            self._write_notes(project, name, notes)
+
+    # --- read what a job left ------------------------------------------------------------------------------
+
+    def logs(self, project: str, name: str, generation: int | None = None) -> RayLog:
+        """The trainer log of a generation (every run of it, in order), from the Ray job logs without markers."""
+        number = generation if generation is not None else self._latest_generation(project, name)
+        self._generation_runs(project, name, number, self._runs(project, name))
+        return RayLog(self, project, name, number)
+
+    def outputs(self, project: str, name: str, generation: int | None = None) -> OutputManifest | None:
+        run = self._last_run_of(project, name, generation)
+        final, recorded = run.stream.final, run.stream.outputs
+        if final is None or final.get("phase") != Phase.SUCCEEDED or recorded is None:
+            return None
+        entries: dict[str, OutputFile] = {}
+        for path, entry in (recorded.get("files") or {}).items():
+            size, sha256 = entry.get("size"), entry.get("sha256")
+            if isinstance(size, bool) or not isinstance(size, int) or not isinstance(sha256, str):
+                raise ConfigError(f"Ray job {run.submission_id}: output {path!r} has no size and sha256")
+            entries[str(path)] = OutputFile(str(path), size, sha256)
+        skipped = tuple(str(path) for path in recorded.get("skipped") or () if isinstance(path, str))
+        return OutputManifest(entries, skipped)
+
+    def open_output(self, project: str, name: str, path: str, generation: int | None = None) -> BinaryIO:
+        self._last_run_of(project, name, generation)
+        raise ConfigError(f"job {project}/{name}: outputs/{path}: {NOT_YET}")
+
+    def copy_outputs(
+        self,
+        project: str,
+        name: str,
+        copies: Sequence[tuple[str, Path]],
+        *,
+        label: str,
+        root: Path | None = None,
+        generation: int | None = None,
+    ) -> list[Path]:
+        self._last_run_of(project, name, generation)
+        raise ConfigError(f"{label}: {NOT_YET}", hint="nothing was copied")
+
+    def earlier_generations(self, project: str, name: str) -> list[int]:
+        runs = self._runs(project, name)
+        if not runs:
+            return []
+        return sorted({run.key.generation for run in runs if run.key.generation < runs[-1].key.generation})
+
+    def events(self, project: str, name: str, generation: int | None = None) -> Iterator[dict[str, Any]]:
+        number = generation if generation is not None else self._latest_generation(project, name)
+        runs = self._generation_runs(project, name, number, self._runs(project, name))
+        return iter([event for run in runs for event in run.stream.events])
+
+    def gradings(self, project: str, name: str, generation: int | None = None) -> Gradings:
+        number = generation if generation is not None else self._latest_generation(project, name)
+        runs = self._generation_runs(project, name, number, self._runs(project, name))
+        records = tuple(record for run in runs for record in run.stream.gradings)
+        where = "Ray job logs of " + ", ".join(run.submission_id for run in runs)
+        return Gradings(records, where)
+
+    # --- internals ---------------------------------------------------------------------------------------
+
+    def _runs(self, project: str, name: str) -> list[Run]:
+        """The job's submissions on Ray, oldest first, each with its log split."""
+        found = []
+        for job in self.jobs.list():
+            key = run_key(project, name, job.submission_id)
+            if key is None or job.metadata.get(PROJECT_KEY) != project or job.metadata.get(NAME_KEY) != name:
+                continue
+            found.append((key, job))
+        found.sort(key=lambda pair: pair[0])
+        return [
+            Run(key, job, status_stream.parse(self.jobs.logs(job.submission_id), complete=job.ended))
+            for key, job in found
+        ]
+
+    def _observation(self, run: Run, notes: Mapping[str, Any], *, latest: bool) -> Observation:
+        stream, job = run.stream, run.job
+        stop = (notes.get("stops") or {}).get(run.submission_id)
+        base = {"generation": run.key.generation, "attempt": run.key.attempt, "raySubmissionId": run.submission_id}
+        reported = {**base, **(stream.final or stream.status or {}), "events": stream.events[-100:]}
+        if stream.final is not None and (stop is None or stream.final.get("phase") in ENDED_PHASES):
+            return Observation.of(reported)
+        if stop is not None and (job.ended or stop["phase"] == Phase.FAILED):
+            return Observation.of({**reported, **stop})
+        if job.ended:
+            phase = reported.get("phase") if reported.get("phase") in LIVE_PHASES else Phase.PENDING
+            message = f"the Ray job {run.submission_id} is {job.status}: {job.message or 'no message'}"
+            return Observation.of({**reported, "phase": phase, "message": message}, lost=latest)
+        if stream.status is None or job.status == RAY_PENDING:
+            waiting = f"Ray job {run.submission_id} is {job.status}"
+            return Observation.of({**reported, "phase": Phase.PENDING, "reason": Reason.LAUNCHED, "message": waiting})
+        return Observation.of(reported)
+
+    def _generation_runs(self, project: str, name: str, generation: int, runs: list[Run]) -> list[Run]:
+        if not runs and self._notes(project, name).get("held") is None:
+            raise ConfigError(f"there is no job {project}/{name} on Ray")
+        chosen = [run for run in runs if run.key.generation == generation]
+        if not chosen:
+            known = ", ".join(str(number) for number in sorted({run.key.generation for run in runs})) or "none run yet"
+            raise ConfigError(f"job {project}/{name} has no generation {generation} on Ray (generations: {known})")
+        return chosen
+
+    def _latest_generation(self, project: str, name: str) -> int:
+        runs = self._runs(project, name)
+        if runs:
+            return runs[-1].key.generation
+        held = self._notes(project, name).get("held")
+        if held is None:
+            raise ConfigError(f"there is no job {project}/{name} on Ray")
+        return int(held["generation"])
+
+    def _last_run_of(self, project: str, name: str, generation: int | None) -> Run:
+        number = generation if generation is not None else self._latest_generation(project, name)
+        return self._generation_runs(project, name, number, self._runs(project, name))[-1]
+
+    def _folder(self, project: str, name: str) -> Path:
+        return self.jobs_root / project / name
+
+    def _lock(self, project: str, name: str) -> Path:
+        folder = self._folder(project, name)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / ".ray-notes.lock"
+
+    def _notes(self, project: str, name: str) -> dict[str, Any]:
+        return read_json(self._folder(project, name) / NOTES_FILE) or {}
+
+    def _write_notes(self, project: str, name: str, notes: Mapping[str, Any]) -> None:
+        folder = self._folder(project, name)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json(folder / NOTES_FILE, dict(notes), durable=True)
+
+    def _hold(self, workload: Workload, key: RunKey, unschedulable: Unschedulable) -> None:
+        notes = self._notes(workload.project, workload.name)
+        notes["held"] = {
+            "phase": Phase.PENDING,
+            "reason": Reason.UNSCHEDULABLE,
+            "message": f"no Ray node fits: {unschedulable.message}",
+            "generation": key.generation,
+            "attempt": key.attempt,
+            "run": key.run,
+            "workload": workload.to_json(),
+            "maxCostUSD": workload.max_cost_usd,
+        }
+        self._write_notes(workload.project, workload.name, notes)
+
+    def _drop_held(self, project: str, name: str, key: RunKey) -> None:
+        notes = self._notes(project, name)
+        held = notes.get("held")
+        if held is not None and _held_key(held) <= key:
+            del notes["held"]
+            self._write_notes(project, name, notes)
+
+
+class RayLog:
+    """The trainer log of one generation across its runs, read on from where the last read ended."""
+
+    def __init__(self, executor: RayExecutor, project: str, name: str, generation: int) -> None:
+        self._executor = executor
+        self._where = (project, name, generation)
+        self.offset = 0
+        self._ended = False
+
+    def read(self) -> bytes:
+        project, name, generation = self._where
+        runs = [run for run in self._executor._runs(project, name) if run.key.generation == generation]
+        text = "".join(run.stream.trainer for run in runs).encode("utf-8")
+        chunk = text[self.offset :]
+        self.offset = len(text)
+        return chunk
+
+    def ended(self) -> bool:
+        project, name, generation = self._where
+        if generation != self._executor._latest_generation(project, name):
+            return True
+        return self._executor.observe(project, name).ended
+
+
+def _held_key(held: Mapping[str, Any]) -> RunKey:
+    return RunKey(int(held["generation"]), int(held["attempt"]), int(held.get("run") or 0))
+
+
+def _over(run: Run) -> bool:
+    """The run has ended (Ray ended it) or recorded its end (its session is only closing down)."""
+    final = run.stream.final
+    return run.job.ended or (final is not None and final.get("phase") in (*ENDED_PHASES, Phase.SUSPENDED))
+
+
+def _raised(workload: Workload, max_cost_usd: str, label: str) -> Workload:
+    new = parse_usd(max_cost_usd, "maxCostUSD")
+    old = workload.max_cost
+    if old is not None and new < old:
+        raise ConfigError(f"maxCostUSD can only be raised: {label} has ${old}, not ${new}")
+    return workload.with_changes(max_cost_usd=max_cost_usd)

@@ -1,0 +1,96 @@
+"""Where on a Ray cluster a workload can run: its resources as the Ray resources its entrypoint reserves.
+
+Who uses it: `RayExecutor.launch` (`executor.py`) before it submits, with the cluster's nodes
+(`JobsClient.nodes`); `RayExecutor.capabilities` for the GPU types alive nodes offer.
+
+A node offers a GPU type in one of two ways (`nodus cluster up` starts its nodes with both):
+- the custom resource `nodus.dev/gpu-type/TYPE` (`GPU_TYPE_RESOURCE`), as many as it has GPUs of that type;
+  the entrypoint reserves `count` of it (and `count` real GPUs where the node has Ray's `GPU` resource, so that
+  Ray sets CUDA_VISIBLE_DEVICES);
+- the label `nodus.dev/gpu-type: TYPE` (`GPU_TYPE_LABEL`, `ray start --labels`) with at least `count` of Ray's
+  `GPU` resource; the entrypoint selects the label and reserves `count` GPUs.
+
+A workload that names several types takes the first one some alive node has room for (by its total resources:
+a busy node that fits is Ray's to queue the job on). One that fits no node is `Unschedulable`, with every offer
+tried and why it failed. A workload without GPUs reserves nothing: its entrypoint (the node session and the
+trainer under it) runs wherever Ray puts it. The workload names no CPU or memory yet (`Resources` has none), so
+none is reserved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from ..workload import Workload
+from .jobs_client import RayNode
+
+GPU_TYPE_RESOURCE: Final = "nodus.dev/gpu-type/"
+"""The custom resource a node offering a GPU type has: this prefix and the type (`nodus.dev/gpu-type/l4-24g`)."""
+GPU_TYPE_LABEL: Final = "nodus.dev/gpu-type"
+"""The node label naming a node's GPU type."""
+RAY_GPU: Final = "GPU"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What the entrypoint reserves: the GPU type chosen (None: no GPUs), real GPUs, custom resources, labels."""
+
+    gpu_type: str | None = None
+    num_gpus: float | None = None
+    resources: Mapping[str, float] = field(default_factory=dict)
+    label_selector: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Unschedulable:
+    """No alive node fits: `message` lists each offer tried (`rtx4090-24g x1: no node has it; ...`)."""
+
+    message: str
+
+
+def place(workload: Workload, nodes: Sequence[RayNode]) -> Placement | Unschedulable:
+    """The placement of `workload` on the first GPU type of its list some alive node fits, or why none does."""
+    gpu = workload.resources.gpu if workload.resources is not None else None
+    if gpu is None:
+        return Placement()
+    alive = [node for node in nodes if node.alive]
+    tried = []
+    for gpu_type in gpu.types:
+        placement, why = _offer(gpu_type, gpu.count, alive)
+        if placement is not None:
+            return placement
+        tried.append(f"{gpu_type} x{gpu.count}: {why}")
+    return Unschedulable("; ".join(tried) if tried else "the workload names no GPU type")
+
+
+def offered_types(nodes: Sequence[RayNode]) -> tuple[str, ...]:
+    """The GPU types alive nodes offer (by resource or label), sorted."""
+    found: set[str] = set()
+    for node in nodes:
+        if not node.alive:
+            continue
+        found.update(name[len(GPU_TYPE_RESOURCE) :] for name in node.resources if name.startswith(GPU_TYPE_RESOURCE))
+        if GPU_TYPE_LABEL in node.labels and node.resources.get(RAY_GPU, 0) > 0:
+            found.add(node.labels[GPU_TYPE_LABEL])
+    return tuple(sorted(found))
+
+
+def _offer(gpu_type: str, count: int, alive: Sequence[RayNode]) -> tuple[Placement | None, str]:
+    resource = GPU_TYPE_RESOURCE + gpu_type
+    having = [node for node in alive if node.resources.get(resource, 0) > 0]
+    labelled = [node for node in alive if node.labels.get(GPU_TYPE_LABEL) == gpu_type]
+    for node in having:
+        if node.resources[resource] >= count:
+            real = count if node.resources.get(RAY_GPU, 0) >= count else None
+            return Placement(gpu_type, real, {resource: float(count)}), ""
+    for node in labelled:
+        if node.resources.get(RAY_GPU, 0) >= count:
+            return Placement(gpu_type, count, {}, {GPU_TYPE_LABEL: gpu_type}), ""
+    if not having and not labelled:
+        return None, "no node has it"
+    most = max(
+        [node.resources.get(resource, 0) for node in having] + [node.resources.get(RAY_GPU, 0) for node in labelled]
+    )
+    return None, f"no node has {count} (at most {most:g} on one node)"

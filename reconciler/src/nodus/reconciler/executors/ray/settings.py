@@ -1,0 +1,53 @@
+"""The Ray executor of a project, from its nodus.yaml (`executor: {ray: {address, tokenSecret}}`).
+
+Who calls it: `executors/choose.py`, for `executor: ray`. Ray itself is imported only when the executor is made
+(`jobs_client.RayJobsClient`), so a project on the local executor never needs the extra.
+
+Where the settings come from: `executor.ray.address` (else RAY_ADDRESS, as Ray's own CLI reads it) and the token
+from RAY_AUTH_TOKEN. `executor.ray.tokenSecret` (a Secret holding the token) is accepted by nodus.yaml, but
+reading a Secret's value here is not done yet: naming one fails with a line that says so, rather than falling back
+to another token.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final
+
+from nodus.errors import ConfigError
+from nodus.specs.settings import SETTINGS_FILE
+
+from ...project import Project
+from .executor import RayExecutor
+from .jobs_client import RayJobsClient
+from .node_session import JOBS_VARIABLE
+
+ADDRESS_VARIABLE: Final = "RAY_ADDRESS"
+TOKEN_VARIABLE: Final = "RAY_AUTH_TOKEN"
+
+
+def ray_executor(jobs_root: Path, project: Project | None) -> RayExecutor:
+    """The RayExecutor for `project`'s settings, keeping its notes in `jobs_root`."""
+    where = str(project.root / SETTINGS_FILE) if project is not None else SETTINGS_FILE
+    settings = project.settings().ray if project is not None else None
+    address = (settings.address if settings is not None else None) or os.environ.get(ADDRESS_VARIABLE)
+    if not address:
+        raise ConfigError(
+            f"{where}: executor.ray.address is missing (and {ADDRESS_VARIABLE} is not set)",
+            hint="executor: {ray: {address: http://HOST:8265}}",
+        )
+    if not address.startswith(("http://", "https://")):
+        raise ConfigError(f"{where}: executor.ray.address must be the dashboard's http(s)://HOST:PORT, got {address!r}")
+    if settings is not None and settings.token_secret is not None:
+        raise ConfigError(
+            f"{where}: executor.ray.tokenSecret: reading the token from Secret {settings.token_secret} is not done yet",
+            hint=f"remove tokenSecret and set {TOKEN_VARIABLE}",
+        )
+    token = os.environ.get(TOKEN_VARIABLE)
+    if not token:
+        raise ConfigError(
+            f"{where}: executor.ray: no token for the Ray cluster ({TOKEN_VARIABLE} is not set)",
+            hint=f"set {TOKEN_VARIABLE} to the cluster's token (RAY_AUTH_MODE=token)",
+        )
+    return RayExecutor(RayJobsClient(address, token), jobs_root, node_jobs=os.environ.get(JOBS_VARIABLE))
