@@ -21,6 +21,7 @@ from nodus.errors import ConfigError
 from ..project import Project
 from .local import LocalExecutor
 from .protocol import Executor
+from .ray.settings import ray_executor
 
 Factory = Callable[[Path, bool, Project | None], Executor]
 """(the project's jobs folder, whether to record the attempt API's wire, the project whose artifacts workloads
@@ -28,9 +29,7 @@ name) -> an executor."""
 
 
 def _ray(jobs_root: Path, record_wire: bool, project: Project | None) -> Executor:
-    """The Ray executor of the project's `executor: {ray: {...}}` (Ray imported only now: it is an extra)."""
-    from .ray.settings import ray_executor
-
+    """The Ray executor of the project's `executor: {ray: {...}}` (Ray itself is imported on use: an extra)."""
     return ray_executor(jobs_root, project)
 
 

@@ -41,6 +41,7 @@ from typing import Any, Final, TextIO
 from nodus.errors import NodusError, TemporaryError
 from nodus.specs.status_names import Phase, Reason
 
+from ...project import Project
 from ..local import LocalExecutor
 from ..local.job import TERMINAL, JobFiles, lock_held, read_json
 from ..workload import Workload
@@ -193,8 +194,6 @@ def main(environ: MutableMapping[str, str] | None = None, out: TextIO | None = N
     jobs_root = Path(environ.get(JOBS_VARIABLE) or default_jobs_root())
     project = None
     if environ.get(PROJECT_VARIABLE):
-        from ...project import Project
-
         project = Project.find(Path(environ[PROJECT_VARIABLE]))
     session = NodeSession(workload, run, LocalExecutor(jobs_root, project=project), out)
     signal.signal(signal.SIGTERM, lambda number, frame: session.stopping.set())
