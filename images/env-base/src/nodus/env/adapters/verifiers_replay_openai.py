@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import importlib
 import inspect
 import json
 import time
@@ -153,7 +154,8 @@ class _ReplayOpenAI:
         return self.turns[self.calls - 1]
 
     async def _chat(self, *, model: str, messages: Any, **kwargs: Any) -> Any:
-        from openai.types.chat import ChatCompletion
+        # openai comes with the environment's verifiers, not with nodus-env.
+        chat_completion = importlib.import_module("openai.types.chat").ChatCompletion
 
         await asyncio.sleep(0)
         reply = self._next_turn(list(messages))
@@ -164,7 +166,7 @@ class _ReplayOpenAI:
         ]
         message = {"role": "assistant", "content": content if tool_calls else reply, "tool_calls": tool_calls or None}
         choice = {"index": 0, "finish_reason": "tool_calls" if tool_calls else "stop", "message": message}
-        return ChatCompletion.model_validate(
+        return chat_completion.model_validate(
             {
                 "id": uuid.uuid4().hex,
                 "object": "chat.completion",
@@ -175,12 +177,12 @@ class _ReplayOpenAI:
         )
 
     async def _completion(self, *, model: str, prompt: str, **kwargs: Any) -> Any:
-        from openai.types import Completion
+        completion_type = importlib.import_module("openai.types").Completion
 
         await asyncio.sleep(0)
         reply = self._next_turn(prompt)
         choice = {"index": 0, "finish_reason": "stop", "text": reply, "logprobs": None}
-        return Completion.model_validate(
+        return completion_type.model_validate(
             {
                 "id": uuid.uuid4().hex,
                 "object": "text_completion",
