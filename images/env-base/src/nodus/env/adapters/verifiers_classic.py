@@ -7,9 +7,10 @@ the model's turns instead of calling a model (a `Replay`: `verifiers_replay_clie
 `clients.Client`, 0.1.11 on; `verifiers_replay_openai` for the AsyncOpenAI-shaped client of 0.1.2 to 0.1.10;
 another verifiers is refused at load time with its version and the reason), so `env_response`, the
 `@vf.stop` conditions, `max_turns` and a ToolEnv's tool calls behave exactly as in verifiers. The rubric
-then scores the rollout with its parser: every reward function gets what it asks for by name (prompt, completion, answer, state, task, info, parser), sync or
-async, and the weighted sum is the reward. Unlike `Rubric.score_rollout`, a reward function that raises is not
-turned into 0: it raises, and the verdict is InfrastructureFailure. A completion the parser finds no answer in
+then scores the rollout with its parser: every reward function gets what it asks for by name (prompt, completion,
+answer, state, task, info, parser), sync or async, and the weighted sum is the reward. Unlike `Rubric.score_rollout`,
+a reward function that raises is not turned into 0: it raises, and the verdict is InfrastructureFailure. A completion
+the parser finds no answer in
 that earned nothing is InvalidOutput.
 
 Environments that cannot be graded offline are refused when they load (the build shows the reason): a
