@@ -10,8 +10,7 @@ another verifiers is refused at load time with its version and the reason), so `
 then scores the rollout with its parser: every reward function gets what it asks for by name (prompt, completion,
 answer, state, task, info, parser), sync or async, and the weighted sum is the reward. Unlike `Rubric.score_rollout`,
 a reward function that raises is not turned into 0: it raises, and the verdict is InfrastructureFailure. A completion
-the parser finds no answer in
-that earned nothing is InvalidOutput.
+the parser finds no answer in that earned nothing is InvalidOutput.
 
 Environments that cannot be graded offline are refused when they load (the build shows the reason): a
 JudgeRubric (scored by another model), tools in a remote sandbox, a browser or an MCP server.
