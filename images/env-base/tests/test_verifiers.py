@@ -1,4 +1,5 @@
-"""The verifiers adapters against the real packages: verifiers 0.3.1 (classic API) and 0.4.0 (`verifiers.v1`).
+"""The verifiers adapters against the real packages: classic verifiers 0.3.1, 0.2.1 and 0.1.14 (the
+`verifiers.clients.Client` API), 0.1.3 (an AsyncOpenAI-shaped client) and 0.4.0 (`verifiers.v1`).
 
 The two versions conflict, and neither belongs in the workspace's venv, so each gets a scratch venv (uv installs
 it from the package registry pip is configured with; the cache makes this seconds after the first time) and the
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from nodus.env.adapters.verifiers_replay_openai import unsupported
 from nodus.env.adapters.verifiers_tool_calls import openai_tool_schema, split_tool_calls
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -69,6 +71,24 @@ def _venv(folder: Path, requirement: str) -> Path:
 @pytest.fixture(scope="session")
 def vf03(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _venv(tmp_path_factory.mktemp("vf03"), "verifiers==0.3.1")
+
+
+CLIENT_VERSIONS = ["0.3.1", "0.2.1", "0.1.14"]
+"""Classic verifiers whose rollout calls the model through `verifiers.clients.Client` (0.1.11 and later)."""
+
+
+@pytest.fixture(scope="session", params=CLIENT_VERSIONS)
+def classic(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv with one classic verifiers of the Client API; 0.3.1 is the session's `vf03`."""
+    if request.param == "0.3.1":
+        return Path(request.getfixturevalue("vf03"))
+    return _venv(tmp_path_factory.mktemp(f"vf{request.param}"), f"verifiers=={request.param}")
+
+
+@pytest.fixture(scope="session")
+def vf013(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """verifiers 0.1.3: the rollout calls an AsyncOpenAI-shaped client, multi-turn is is_completed/env_response."""
+    return _venv(tmp_path_factory.mktemp("vf013"), "verifiers==0.1.3")
 
 
 @pytest.fixture(scope="session")
@@ -151,16 +171,37 @@ def test_verifiers_tool_definitions_become_openai_function_schemas() -> None:
     assert openai_tool_schema(schema) == schema
 
 
-# --- classic verifiers (0.3.1, verifiers.legacy) ---------------------------------------------------------
+class _SyncRolloutEnv:
+    def rollout(self, client: Any, model: str, prompt: Any, answer: str = "") -> Any:
+        return None
+
+
+class _OddRolloutEnv:
+    async def rollout(self, episode: Any) -> Any:
+        return None
+
+
+class _InputRolloutEnv:
+    async def rollout(self, input: Any, client: Any, model: str, sampling_args: Any = None) -> Any:
+        return None
+
+
+def test_a_rollout_nodus_cannot_replay_is_named_with_its_reason() -> None:
+    assert "synchronous (verifiers 0.1.0 and 0.1.1)" in str(unsupported(_SyncRolloutEnv()))
+    assert unsupported(_OddRolloutEnv()) == "its rollout takes (episode), a shape nodus does not replay"
+    assert unsupported(_InputRolloutEnv()) is None
+
+
+# --- classic verifiers of the Client API (0.3.1 as verifiers.legacy, 0.2.1, 0.1.14) -----------------------
 
 
 @pytest.mark.slow
-def test_single_turn_example_splits_grades_and_keeps_answers_in_the_grader(vf03: Path) -> None:
+def test_single_turn_example_splits_grades_and_keeps_answers_in_the_grader(classic: Path) -> None:
     folder = EXAMPLES / "verifiers-single-turn" / "vf-reverse-text"
-    answer_probe = drive(vf03, folder, "vf_reverse_text")
+    answer_probe = drive(classic, folder, "vf_reverse_text")
     gold = answer_probe["answers"]["test"][0]["answer"]
     out = drive(
-        vf03,
+        classic,
         folder,
         "vf_reverse_text",
         [
@@ -211,11 +252,11 @@ def load_environment():
 
 @pytest.mark.slow
 def test_one_dataset_holds_out_every_fifth_task_and_a_raising_reward_is_an_infrastructure_failure(
-    vf03: Path, tmp_path: Path
+    classic: Path, tmp_path: Path
 ) -> None:
     folder = write_module(tmp_path, "vf_one_dataset", ONE_DATASET)
     out = drive(
-        vf03,
+        classic,
         folder,
         "vf_one_dataset",
         [
@@ -237,12 +278,12 @@ def test_one_dataset_holds_out_every_fifth_task_and_a_raising_reward_is_an_infra
 
 
 @pytest.mark.slow
-def test_multi_turn_game_replays_turns_through_env_response_and_stops_when_solved(vf03: Path) -> None:
+def test_multi_turn_game_replays_turns_through_env_response_and_stops_when_solved(classic: Path) -> None:
     folder = EXAMPLES / "verifiers-multi-turn" / "vf-word-guess"
-    secret = drive(vf03, folder, "vf_word_guess")["answers"]["test"][0]["answer"]
+    secret = drive(classic, folder, "vf_word_guess")["answers"]["test"][0]["answer"]
     wrong = "zzzzz" if secret != "zzzzz" else "yyyyy"
     out = drive(
-        vf03,
+        classic,
         folder,
         "vf_word_guess",
         [
@@ -266,13 +307,13 @@ def test_multi_turn_game_replays_turns_through_env_response_and_stops_when_solve
 
 
 @pytest.mark.slow
-def test_tool_env_offers_its_tools_runs_the_call_and_ends_on_a_reply_without_one(vf03: Path) -> None:
+def test_tool_env_offers_its_tools_runs_the_call_and_ends_on_a_reply_without_one(classic: Path) -> None:
     folder = EXAMPLES / "verifiers-tools" / "vf-capitals-tools"
     call = '<tool_call>{"name": "lookup_capital", "arguments": {"country": "Mali"}}</tool_call>'
-    probe = drive(vf03, folder, "vf_capitals_tools")
+    probe = drive(classic, folder, "vf_capitals_tools")
     index = next(i for i, line in enumerate(probe["tasks"]["test"]) if "Mali" in json.dumps(line["prompt"]))
     out = drive(
-        vf03,
+        classic,
         folder,
         "vf_capitals_tools",
         [
@@ -326,12 +367,135 @@ def load_environment():
     ],
 )
 def test_environments_that_need_what_grading_has_not_are_refused_with_the_reason(
-    vf03: Path, tmp_path: Path, source: str, reason: str
+    classic: Path, tmp_path: Path, source: str, reason: str
 ) -> None:
     folder = write_module(tmp_path, "vf_refused", source)
-    out = drive(vf03, folder, "vf_refused")
+    out = drive(classic, folder, "vf_refused")
     assert out["error"].startswith("AdapterError: verifiers environment")
     assert reason in out["error"]
+
+
+# --- classic verifiers 0.1.3: an AsyncOpenAI-shaped client, is_completed/env_response returning (messages, state)
+
+OLD_GAME = """
+import verifiers as vf
+from datasets import Dataset
+
+WORDS = ["apple", "brave", "crane", "drink", "eagle", "flame", "grape", "house", "ivory", "joker"] * 2
+
+
+def marks(guess, secret):
+    return "".join("G" if g == s else ("Y" if g in secret else "-") for g, s in zip(guess, secret))
+
+
+class OldWordGuess(vf.MultiTurnEnv):
+    async def is_completed(self, messages, state, **kwargs):
+        if not messages or messages[-1]["role"] != "assistant":
+            return False
+        return (self.parser.parse_answer([messages[-1]]) or "").strip().lower() == state["answer"]
+
+    async def env_response(self, messages, state, **kwargs):
+        guess = (self.parser.parse_answer(messages) or "").strip().lower()
+        if len(guess) != 5 or not guess.isalpha():
+            return [{"role": "user", "content": "A guess is five letters inside <guess></guess>."}], state
+        return [{"role": "user", "content": f"{guess}: {marks(guess, state['answer'])}"}], state
+
+
+def load_environment():
+    parser = vf.XMLParser(["guess"], answer_field="guess")
+
+    def solved(completion, answer, parser):
+        return 1.0 if (parser.parse_answer(completion) or "").strip().lower() == answer else 0.0
+
+    rows = [{"question": f"Game {i}: guess.", "answer": w} for i, w in enumerate(WORDS)]
+    return OldWordGuess(dataset=Dataset.from_list(rows), system_prompt="Guess the word.", parser=parser,
+                        rubric=vf.Rubric(funcs=[solved], parser=parser), max_turns=4)
+"""
+
+
+@pytest.mark.slow
+def test_verifiers_0_1_3_single_turn_holds_out_every_fifth_and_scores_with_its_rubric(
+    vf013: Path, tmp_path: Path
+) -> None:
+    folder = write_module(tmp_path, "vf_one_dataset", ONE_DATASET)
+    out = drive(
+        vf013,
+        folder,
+        "vf_one_dataset",
+        [
+            {"split": "test", "index": 0, "completion": "<answer>8</answer>"},
+            {"split": "test", "index": 0, "completion": "<answer>9</answer>"},
+            {"split": "test", "index": 0, "completion": "<answer>boom</answer>"},
+        ],
+    )
+    assert out["info"]["multiTurn"] is False  # a SingleTurnEnv, though 0.1.3 gives it max_turns=10
+    assert out["info"]["splits"] == {"train": 80, "test": 20}
+    assert [int(a["answer"]) // 2 for a in out["answers"]["test"]] == list(range(4, 100, 5))
+    assert_no_ground_truth(out)
+    assert all(line["metadata"] == {} for line in out["tasks"]["test"])
+    correct, wrong, broken = out["grades"]
+    assert (correct["verdict"], correct["reward"]) == ("Correct", 1.0)  # sync and async functions, weighted
+    assert (wrong["verdict"], wrong["reward"]) == ("Incorrect", 0.25)
+    assert (broken["verdict"], broken["reward"]) == ("InfrastructureFailure", None)
+    assert "ZeroDivisionError: the reward itself broke" in broken["evidence"]["message"]
+
+
+@pytest.mark.slow
+def test_verifiers_0_1_3_multi_turn_game_replays_turn_by_turn_until_solved_or_max_turns(
+    vf013: Path, tmp_path: Path
+) -> None:
+    folder = write_module(tmp_path, "vf_old_game", OLD_GAME)
+    secret = drive(vf013, folder, "vf_old_game")["answers"]["test"][0]["answer"]
+    wrong = "zzzzz"
+    out = drive(
+        vf013,
+        folder,
+        "vf_old_game",
+        [
+            {"split": "test", "index": 0, "turns": [f"<guess>{wrong}</guess>"]},
+            {"split": "test", "index": 0, "turns": [f"<guess>{wrong}</guess>", f"<guess>{secret}</guess>"]},
+            {"split": "test", "index": 0, "turns": ["I will not guess."]},
+            {"split": "test", "index": 0, "turns": [f"<guess>{wrong}</guess>"] * 4},
+        ],
+    )
+    assert out["info"]["multiTurn"] is True
+    assert out["info"]["splits"] == {"train": 4, "test": 16}  # every fifth, and at least 16
+    assert_no_ground_truth(out)
+    first, solved, malformed, capped = out["grades"]
+    assert (first["verdict"], first["done"], first["next"]) == ("Incorrect", False, f"{wrong}: -----")
+    assert "nextRole" not in first
+    assert (solved["verdict"], solved["reward"], solved["done"], solved["next"]) == ("Correct", 1.0, True, None)
+    assert (malformed["verdict"], malformed["done"]) == ("InvalidOutput", False)
+    assert malformed["next"] == "A guess is five letters inside <guess></guess>."
+    assert (capped["verdict"], capped["reward"], capped["done"]) == ("Incorrect", 0.0, True)  # max_turns (4)
+
+
+@pytest.mark.slow
+def test_verifiers_0_1_3_tool_env_gets_openai_tool_calls_and_returns_the_result_as_a_tool_turn(vf013: Path) -> None:
+    folder = EXAMPLES / "verifiers-tools" / "vf-capitals-tools"
+    call = '<tool_call>{"name": "lookup_capital", "arguments": {"country": "Mali"}}</tool_call>'
+    probe = drive(vf013, folder, "vf_capitals_tools")
+    index = next(i for i, line in enumerate(probe["tasks"]["test"]) if "Mali" in json.dumps(line["prompt"]))
+    out = drive(
+        vf013,
+        folder,
+        "vf_capitals_tools",
+        [
+            {"split": "test", "index": index, "turns": [call]},
+            {"split": "test", "index": index, "turns": [call, "<answer>Bamako</answer>"]},
+            {"split": "test", "index": index, "turns": ["<answer>Paris</answer>"]},
+            {"split": "test", "index": index, "turns": ["<tool_call>{broken</tool_call>"]},
+        ],
+    )
+    assert out["info"]["splits"] == {"train": 20, "test": 5}
+    assert_no_ground_truth(out)
+    (tool,) = out["tasks"]["test"][index]["metadata"]["tools"]
+    assert (tool["type"], tool["function"]["name"]) == ("function", "lookup_capital")
+    called, answered, wrong, broken = out["grades"]
+    assert (called["next"], called["nextRole"], called["done"]) == ("Bamako", "tool", False)
+    assert (answered["verdict"], answered["done"]) == ("Correct", True)
+    assert (wrong["verdict"], wrong["done"]) == ("Incorrect", True)
+    assert (broken["verdict"], broken["done"]) == ("InvalidOutput", True)
 
 
 # --- verifiers 0.4.0, verifiers.v1 -------------------------------------------------------------------------

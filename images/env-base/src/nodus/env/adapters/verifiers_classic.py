@@ -3,12 +3,14 @@
 Who uses it: `adapters.adapt`, when `load_environment()` returns a `verifiers` Environment (SingleTurnEnv,
 MultiTurnEnv, ToolEnv, ...). `dataset` is train and `eval_dataset` held out; with only one of them, every fifth
 task (and at least 16) is held out. Every grading runs the environment's own rollout with a client that replays
-the model's turns instead of calling a model, so `env_response`, the `@vf.stop` conditions, `max_turns` and a
-ToolEnv's tool calls behave exactly as in verifiers. The rubric then scores the rollout with its parser: every
-reward function gets what it asks for by name (prompt, completion, answer, state, task, info, parser), sync or
-async, and the weighted sum is the reward. Unlike `Rubric.score_rollout`, a reward function that raises is not
-turned into 0: it raises, and the verdict is InfrastructureFailure. A completion the parser finds no answer in
-that earned nothing is InvalidOutput.
+the model's turns instead of calling a model (a `Replay`: `verifiers_replay_client` where verifiers has
+`clients.Client`, 0.1.11 on; `verifiers_replay_openai` for the AsyncOpenAI-shaped client of 0.1.2 to 0.1.10;
+another verifiers is refused at load time with its version and the reason), so `env_response`, the
+`@vf.stop` conditions, `max_turns` and a ToolEnv's tool calls behave exactly as in verifiers. The rubric
+then scores the rollout with its parser: every reward function gets what it asks for by name (prompt, completion,
+answer, state, task, info, parser), sync or async, and the weighted sum is the reward. Unlike `Rubric.score_rollout`,
+a reward function that raises is not turned into 0: it raises, and the verdict is InfrastructureFailure. A completion
+the parser finds no answer in that earned nothing is InvalidOutput.
 
 Environments that cannot be graded offline are refused when they load (the build shows the reason): a
 JudgeRubric (scored by another model), tools in a remote sandbox, a browser or an MCP server.
@@ -21,14 +23,19 @@ import asyncio
 import contextlib
 import copy
 import importlib
+import importlib.metadata
+import importlib.util
 import inspect
 import json
-import time
-import uuid
 from typing import Any
 
 from nodus.env.adapters.base import AdapterError, RawTask, StepResult
-from nodus.env.adapters.verifiers_tool_calls import openai_tool_schema, split_tool_calls
+from nodus.env.adapters.verifiers_replay import Replay
+from nodus.env.adapters.verifiers_replay import field_of as _field
+from nodus.env.adapters.verifiers_replay import text_of as _text
+from nodus.env.adapters.verifiers_replay_client import ClientReplay
+from nodus.env.adapters.verifiers_replay_openai import OpenAIReplay, unsupported
+from nodus.env.adapters.verifiers_tool_calls import openai_tool_schema
 from nodus.env.splits import split_list
 
 REFUSED_ENVIRONMENTS = {
@@ -61,6 +68,24 @@ def _verifiers_root(obj: Any) -> str | None:
         if cls.__name__ == "Environment" and module.startswith("verifiers."):
             return "verifiers.legacy" if module.startswith("verifiers.legacy.") else "verifiers"
     return None
+
+
+def verifiers_version() -> str:
+    try:
+        return importlib.metadata.version("verifiers")
+    except importlib.metadata.PackageNotFoundError:
+        return str(getattr(importlib.import_module("verifiers"), "__version__", "unknown"))
+
+
+def replay_for(env: Any, root: str) -> Replay:
+    """The replay this verifiers offers a seam for: its `clients.Client` (0.1.11 and later), else an
+    OpenAI-shaped client (0.1.2 to 0.1.10); anything else is refused here, at load time, with the reason."""
+    if importlib.util.find_spec(f"{root}.clients") is not None:
+        return ClientReplay(env, root)
+    reason = unsupported(env)
+    if reason is not None:
+        raise AdapterError(f"verifiers {verifiers_version()} is not supported: {reason}")
+    return OpenAIReplay(env)
 
 
 def accepts(obj: Any) -> bool:
@@ -104,26 +129,6 @@ def _declared_binary(function: Any) -> bool:
     return annotation in (bool, int, "bool", "int")
 
 
-def _text(content: Any) -> str:
-    """A message's content as text (a list of parts joins its text parts)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            text = part.get("text") if isinstance(part, dict) else getattr(part, "text", None)
-            if isinstance(text, str):
-                texts.append(text)
-        return "".join(texts)
-    return str(content)
-
-
-def _field(message: Any, name: str) -> Any:
-    return message.get(name) if isinstance(message, dict) else getattr(message, name, None)
-
-
 def chat_prompt(prompt: Any, where: str) -> str | list[dict[str, Any]]:
     """A dataset row's prompt -> a string or `{role, content}` messages (Arrow adds empty columns to each)."""
     if isinstance(prompt, str):
@@ -139,10 +144,6 @@ def chat_prompt(prompt: Any, where: str) -> str | list[dict[str, Any]]:
     return messages
 
 
-class _TurnsExhaustedError(Exception):
-    """The rollout asked for a model turn the request does not have yet: the episode goes on."""
-
-
 class VerifiersClassicAdapter:
     """A verifiers Environment: its datasets are the tasks, its rollout and rubric the grader."""
 
@@ -155,9 +156,9 @@ class VerifiersClassicAdapter:
         self.env = env
         root = _verifiers_root(env)
         assert root is not None  # accepts() found it
-        self._types = importlib.import_module(f"{root}.types")
-        self._client_base = importlib.import_module(f"{root}.clients").Client
-        self.multi_turn = getattr(env, "max_turns", 1) != 1
+        self._replay = replay_for(env, root)
+        # A SingleTurnEnv of 0.1.x keeps MultiTurnEnv's max_turns (10) and ends after one reply all the same.
+        self.multi_turn = "SingleTurnEnv" not in _class_names(env) and getattr(env, "max_turns", 1) != 1
         functions = _weighted_functions(env.rubric)
         if not functions:
             raise AdapterError(
@@ -214,8 +215,10 @@ class VerifiersClassicAdapter:
             except ValueError:
                 info = None
         defs = info.get("tool_defs") if isinstance(info, dict) and "tool_defs" in info else None
+        if defs is None and isinstance(info, dict) and "oai_tools" in info:
+            defs = info.get("oai_tools")  # verifiers before 0.1.11: tools already in OpenAI's form
         if defs is None:
-            defs = getattr(self.env, "tool_defs", None) or []
+            defs = getattr(self.env, "tool_defs", None) or getattr(self.env, "oai_tools", None) or []
         return [openai_tool_schema(tool) for tool in defs]
 
     # --- grading -------------------------------------------------------------------------------------
@@ -224,14 +227,14 @@ class VerifiersClassicAdapter:
         return self.step([completion], task).reward
 
     def step(self, turns: list[str], task: RawTask) -> StepResult:
-        client = self._replay_client(list(turns) or [""], bool(self._tool_schemas(task.answer)))
-        rollout = self.env.rollout(copy.deepcopy(task.answer), client, "nodus-replay", {})
-        try:
-            state = self._loop.run_until_complete(rollout)
-        except _TurnsExhaustedError:
+        with_tools = bool(self._tool_schemas(task.answer))
+        row = copy.deepcopy(task.answer)
+        played = self._replay.play(row, list(turns) or [""], with_tools, self._loop.run_until_complete)
+        if played.pending is not None:
             # The environment answered the last turn and waits for the next one: the episode goes on.
-            role, message = client.pending()
-            return StepResult(message, self._score(client.state), role=role)
+            role, message = played.pending
+            return StepResult(message, self._score(played.state), role=role)
+        state = played.state
         error = state.get("error")
         if error is not None:
             raise RuntimeError(f"the environment ended the rollout with {type(error).__name__}: {error}")
@@ -273,9 +276,6 @@ class VerifiersClassicAdapter:
             value = next(iter(value))
         return float(value)
 
-    def _replay_client(self, turns: list[str], with_tools: bool) -> Any:
-        return _make_replay_client(self._client_base, self._types, turns, with_tools)
-
     def extracted(self, completion: str) -> str | None:
         parsed = self.env.parser.parse_answer([{"role": "assistant", "content": completion}])
         return None if parsed is None else str(parsed)
@@ -296,79 +296,3 @@ class VerifiersClassicAdapter:
 
 async def _awaited(value: Any) -> Any:
     return await value
-
-
-def _make_replay_client(base: type, types: Any, turns: list[str], with_tools: bool) -> Any:
-    """A verifiers Client whose i-th response is the model's i-th turn; past the last, it stops the rollout."""
-
-    class ReplayClient(base):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__(None)
-            self.turns = turns
-            self.calls = 0
-            self.state: Any = None
-            self.last_prompt: list[Any] = []
-
-        async def get_response(
-            self, prompt: Any, model: str, sampling_args: Any, tools: Any = None, **kwargs: Any
-        ) -> Any:
-            self.state = kwargs.get("state")
-            self.last_prompt = list(prompt)
-            if self.calls >= len(self.turns):
-                raise _TurnsExhaustedError
-            reply = self.turns[self.calls]
-            self.calls += 1
-            content, calls = split_tool_calls(reply) if with_tools else (reply, [])
-            tool_calls = [
-                types.ToolCall(id=f"call_{self.calls}_{i}", name=c.name, arguments=c.arguments)
-                for i, c in enumerate(calls)
-            ]
-            message = types.ResponseMessage(
-                content=content if tool_calls else reply,
-                reasoning_content=None,
-                tool_calls=tool_calls or None,
-                finish_reason="tool_calls" if tool_calls else "stop",
-                is_truncated=False,
-            )
-            return types.Response(id=uuid.uuid4().hex, created=int(time.time()), model=model, message=message)
-
-        def pending(self) -> tuple[str, str]:
-            """(role, text) of the environment's messages after the model's last turn."""
-            after: list[Any] = []
-            for message in reversed(self.last_prompt):
-                if _field(message, "role") == "assistant":
-                    break
-                after.append(message)
-            after.reverse()
-            roles = {_field(m, "role") for m in after}
-            role = "tool" if roles == {"tool"} else "user"
-            return role, "\n\n".join(_text(_field(m, "content")) for m in after)
-
-        # The abstract hooks of a real client: replaying never reaches them.
-        def setup_client(self, config: Any) -> Any:
-            return None
-
-        async def to_native_tool(self, tool: Any) -> Any:
-            return tool
-
-        async def to_native_prompt(self, messages: Any) -> tuple[Any, dict[str, Any]]:
-            return messages, {}
-
-        async def get_native_response(self, *args: Any, **kwargs: Any) -> Any:
-            # The replay answers every model call itself (`get_response`); verifiers asking this means a version
-            # whose rollout calls the model another way, which grading (no network, no model) cannot serve.
-            raise AdapterError(
-                "verifiers asked the replay client for a model response by a path nodus does not replay "
-                "(get_native_response); this verifiers version is not supported"
-            )
-
-        async def raise_from_native_response(self, response: Any) -> None:
-            return None
-
-        async def from_native_response(self, response: Any) -> Any:
-            return response
-
-        async def close(self) -> None:
-            return None
-
-    return ReplayClient()
