@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from nodus.builder.cli import main as nodus_build
 from nodus.cli.main import cli
+from nodus.specs.status_names import GradingPhase
 
 ENVIRONMENT = """apiVersion: nodus.dev/v1
 kind: Environment
@@ -62,7 +63,9 @@ def graded_pairs(root: Path, job: str, project: str = "default") -> GradedPairs:
         record = json.loads(line)
         if record["path"].endswith("/gradings"):
             items, verdicts = record["request"]["items"], record["response"]["verdicts"]
-            pairs.setdefault(record["request"].get("phase", "Training"), []).extend(zip(items, verdicts, strict=True))
+            pairs.setdefault(record["request"].get("phase", GradingPhase.TRAINING), []).extend(
+                zip(items, verdicts, strict=True)
+            )
     return pairs
 
 

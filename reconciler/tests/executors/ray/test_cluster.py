@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,7 +79,10 @@ def test_down_ends_the_recorded_session_and_everything_in_it(
     ticks = start_ticks(leader.pid)
     assert ticks is not None
     _record(tmp_path, [cluster.NodeRecord("head", leader.pid, ticks)])
-    owned = cluster.owned_processes(cluster.status(tmp_path)[0].nodes)
+    # The shell forks its child when it gets the CPU: on a loaded host, not yet at the first look.
+    deadline = time.monotonic() + 30
+    while len(owned := cluster.owned_processes(cluster.status(tmp_path)[0].nodes)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert leader.pid in {p.pid for p in owned} and len(owned) == 2
     result = CliRunner().invoke(cli, ["cluster", "down", "--dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
