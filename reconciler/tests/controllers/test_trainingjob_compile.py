@@ -5,6 +5,7 @@ and the executor's status copied into the TrainingJob, diagnostics included."""
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from nodus.reconciler.executors.local.executor import LocalExecutor
 from nodus.reconciler.executors.local.job import write_json
 from nodus.reconciler.executors.local.resolve import host_command, resolve
 from nodus.reconciler.state.records import ResourceKey, ResourceRecord, spec_hash
+from nodus.testing.fake_executor import FakeExecutor
 
 MODEL = "hf://Qwen/Qwen3-0.6B@c1899de289a04d12100db370d81485cdf75e47ca"
 
@@ -134,3 +136,15 @@ def test_job_status_copies_summary_and_diagnostics(tmp_path: Path) -> None:
     write_json(files.status, {"phase": "Running", "summary": summary, "diagnostics": diagnostics})
     status = job_status(jobs, JOB)
     assert status["summary"] == summary and status["diagnostics"] == diagnostics
+
+
+def test_a_succeeded_job_lists_its_outputs_by_path_with_their_sha256(tmp_path: Path) -> None:
+    """The seeds' `nodus get tj/NAME -o jsonpath='{.status.outputs[*].name}'`: every file under the outputs."""
+    jobs = FakeExecutor()
+    jobs.launch(compiled().with_changes(model=None))
+    key = compiled().key
+    assert "outputs" not in job_status(jobs, JOB)  # running: nothing recorded yet
+    jobs.finish(key.project, key.name, outputs={"results.json": b"{}", "adapter/adapter_model.safetensors": b"w"})
+    outputs = job_status(jobs, JOB)["outputs"]
+    assert [entry["name"] for entry in outputs] == ["adapter/adapter_model.safetensors", "results.json"]
+    assert outputs[1] == {"name": "results.json", "size": 2, "sha256": hashlib.sha256(b"{}").hexdigest()}

@@ -71,7 +71,7 @@ def up(
     took = time.monotonic() - started
     line(f"Ray cluster up in {took:.0f} s: {len(record.nodes)} nodes, dashboard {record.dashboard_url}")
     if record.netns is not None:
-        line(f"  in network namespace {record.netns} (reach it with: ip netns exec {record.netns} ...)")
+        line(f"  in network namespace {record.netns} (reach it with: nsenter --net=/run/netns/{record.netns} ...)")
     line(f"  token: {record.token_file} (send it as RAY_AUTH_TOKEN or Authorization: Bearer)")
     line(f"  stop it with: nodus cluster down{'' if folder is None else f' --dir {folder}'}")
 

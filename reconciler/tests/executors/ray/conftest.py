@@ -97,4 +97,7 @@ def fake_jobs() -> FakeJobs:
 
 @pytest.fixture
 def ray_executor(fake_jobs: FakeJobs, tmp_path: Path) -> RayExecutor:
+    # A known owner id, so the tests can name submission ids (a project's state makes a random one once).
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "ray-owner.json").write_text('{"owner": "0a1b2c3d"}\n')
     return RayExecutor(fake_jobs, tmp_path / "jobs", python="/opt/node/bin/python")

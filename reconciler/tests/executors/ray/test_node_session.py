@@ -23,7 +23,7 @@ def test_a_jobs_session_reports_through_its_stdout_alone(tmp_path: Path, fake_jo
     (submission,) = fake_jobs.submissions
     env = {**os.environ, **submission.env_vars, "NODUS_NODE_JOBS": str(tmp_path / "node-jobs")}
     done = subprocess.run(
-        [sys.executable, "-m", "nodus.reconciler.executors.ray.node_session"],
+        [sys.executable, "-m", "nodus.reconciler.executors.ray.node_main"],
         env=env,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -57,7 +57,7 @@ def test_a_workload_the_node_cannot_resolve_ends_with_a_final_failed_marker(
     (submission,) = fake_jobs.submissions
     env = {**os.environ, **submission.env_vars, "NODUS_NODE_JOBS": str(tmp_path / "node-jobs")}
     done = subprocess.run(
-        [sys.executable, "-m", "nodus.reconciler.executors.ray.node_session"],
+        [sys.executable, "-m", "nodus.reconciler.executors.ray.node_main"],
         env=env,
         capture_output=True,
         text=True,

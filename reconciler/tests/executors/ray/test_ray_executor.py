@@ -16,7 +16,7 @@ from nodus.reconciler.executors.ray.status_stream import marker
 from nodus.specs.status_names import Reason
 
 PROJECT, NAME = "proj", "tj-1"
-FIRST = "nodus_proj_tj-1-g1-a1"
+FIRST = "nodus_0a1b2c3d_proj_tj-1-g1-a1"
 
 
 def workload(generation: int = 1, attempt: int = 1, gpu: GpuResources | None = None) -> Workload:
@@ -38,7 +38,7 @@ def test_launch_twice_submits_once(ray_executor: RayExecutor, fake_jobs) -> None
     ray_executor.launch(workload())
     assert [s.submission_id for s in fake_jobs.submissions] == [FIRST]
     (submission,) = fake_jobs.submissions
-    assert submission.entrypoint == "/opt/node/bin/python -m nodus.reconciler.executors.ray.node_session"
+    assert submission.entrypoint == "/opt/node/bin/python -m nodus.reconciler.executors.ray.node_main"
     assert Workload.from_json(submission.env_vars["NODUS_WORKLOAD"]) == workload()
     assert submission.env_vars["NODUS_RUN"] == "launch"
 
@@ -51,11 +51,24 @@ def test_an_interrupted_launch_then_another_submits_once(ray_executor: RayExecut
     assert [s.submission_id for s in fake_jobs.submissions] == [FIRST]
 
 
+def test_another_project_state_on_the_same_cluster_never_takes_this_one_s_runs(
+    ray_executor: RayExecutor, fake_jobs, tmp_path
+) -> None:
+    # Two checkouts whose projects are both `proj` (or one whose .nodus/ was deleted): the same job name, one
+    # cluster. Each state has its own owner id, made once and kept, so each submits and sees only its own run.
+    ray_executor.launch(workload())
+    other = RayExecutor(fake_jobs, tmp_path / "other-jobs", python="/opt/node/bin/python")
+    assert not other.exists(PROJECT, NAME)
+    other.launch(workload())
+    assert len(fake_jobs.submissions) == 2 and fake_jobs.submissions[1].submission_id != FIRST
+    assert RayExecutor(fake_jobs, tmp_path / "other-jobs").owner == other.owner  # kept in its jobs folder
+
+
 def test_launch_of_an_earlier_attempt_submits_nothing(ray_executor: RayExecutor, fake_jobs) -> None:
     ray_executor.launch(workload(attempt=2))
     ray_executor.launch(workload(attempt=1))
     ray_executor.launch(workload(attempt=2))
-    assert [s.submission_id for s in fake_jobs.submissions] == ["nodus_proj_tj-1-g1-a2"]
+    assert [s.submission_id for s in fake_jobs.submissions] == ["nodus_0a1b2c3d_proj_tj-1-g1-a2"]
 
 
 def test_a_new_generation_waits_for_the_one_that_runs(ray_executor: RayExecutor, fake_jobs) -> None:
@@ -65,7 +78,7 @@ def test_a_new_generation_waits_for_the_one_that_runs(ray_executor: RayExecutor,
         ray_executor.launch(workload(generation=2))
     fake_jobs.set_status(FIRST, "SUCCEEDED")
     ray_executor.launch(workload(generation=2))
-    assert [s.submission_id for s in fake_jobs.submissions] == [FIRST, "nodus_proj_tj-1-g2-a1"]
+    assert [s.submission_id for s in fake_jobs.submissions] == [FIRST, "nodus_0a1b2c3d_proj_tj-1-g2-a1"]
     assert ray_executor.earlier_generations(PROJECT, NAME) == [1]
 
 
@@ -163,7 +176,7 @@ def test_a_ray_job_ended_without_a_final_marker_is_lost_and_restarts_as_the_next
 
     ray_executor.restart(PROJECT, NAME)
     ray_executor.restart(PROJECT, NAME)  # not lost any more: nothing twice
-    assert [s.submission_id for s in fake_jobs.submissions] == [FIRST, "nodus_proj_tj-1-g1-a2"]
+    assert [s.submission_id for s in fake_jobs.submissions] == [FIRST, "nodus_0a1b2c3d_proj_tj-1-g1-a2"]
     assert ray_executor.spec_of(PROJECT, NAME).attempt == 2
     seen = ray_executor.observe(PROJECT, NAME)
     assert (seen.phase, seen.attempt, seen.lost) == ("Pending", 2, False)

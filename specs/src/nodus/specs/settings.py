@@ -47,6 +47,11 @@ class RaySettings(SpecModel):
     """The cluster's dashboard, `http://HOST:8265` (its Jobs API); None: RAY_ADDRESS when nodus runs."""
     token_secret: str | None = None
     """The Secret holding the cluster's auth token (`RAY_AUTH_MODE=token`); None: RAY_AUTH_TOKEN when nodus runs."""
+    shared_filesystem: bool = False
+    """The nodes see this project's folder at the same path (a cluster on one machine, as `nodus cluster up` starts
+    it, or the project on a shared filesystem): a job's session on the node reads the grader images, task
+    manifests, models and Volumes the workload names from the project's store there. Without it, the node has
+    only its own store, and a workload naming an artifact it lacks fails its launch (LaunchFailed)."""
 
     @field_validator("address")
     @classmethod

@@ -370,6 +370,15 @@ def job_status(jobs: Executor, record: ResourceRecord) -> JSONObject:
             status[field] = raw[field]
     if seen.cost_usd is not None:
         status["cost"] = {"totalUSD": seen.cost_usd, "limitUSD": record.spec["spec"].get("maxCostUSD")}
+    if status["phase"] == Phase.SUCCEEDED:
+        # Every file the trainer wrote under its outputs is an output, named by its path (the seeds'
+        # `-o jsonpath='{.status.outputs[*].name}'`), with the size and sha256 `nodus cp` checks it against.
+        manifest = jobs.outputs(project, name)
+        if manifest is not None:
+            status["outputs"] = [
+                {"name": path, "size": entry.size, "sha256": entry.sha256}
+                for path, entry in sorted(manifest.files.items())
+            ]
     if record.key.kind == "TrainingJob" and status["phase"] == Phase.SUCCEEDED:
         timing = record.status.get("timing")
         if not (isinstance(timing, dict) and timing.get("generation") == seen.generation):

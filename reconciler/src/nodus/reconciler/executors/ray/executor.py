@@ -24,6 +24,8 @@ shares no filesystem with it): both say so with a ConfigError; `outputs` (names,
 
 from __future__ import annotations
 
+import re
+import secrets
 import shlex
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,6 +37,7 @@ from typing import Any, BinaryIO, Final
 from nodus.errors import ConfigError, TemporaryError
 from nodus.specs.status_names import Phase, Reason
 
+from ..local import LocalExecutor
 from ..local.job import locked, parse_usd, read_json, usd, write_json
 from ..protocol import ENDED_PHASES, Capabilities, Gradings, Observation, OutputFile, OutputManifest
 from ..workload import Workload
@@ -44,7 +47,7 @@ from .placement import Placement, Unschedulable, offered_types, place
 from .status_stream import Stream
 from .submission import RunKey, run_key, submission_id
 
-NODE_SESSION_MODULE: Final = "nodus.reconciler.executors.ray.node_session"
+NODE_SESSION_MODULE: Final = "nodus.reconciler.executors.ray.node_main"
 NOTES_FILE: Final = "ray-notes.json"
 PROJECT_KEY: Final = "nodus.project"
 NAME_KEY: Final = "nodus.name"
@@ -55,8 +58,8 @@ STOPS: Final = {
     "suspend": (Phase.SUSPENDED, Reason.SUSPEND_REQUESTED, "suspended (spec.state: Suspended)"),
 }
 NOT_YET: Final = (
-    "copying outputs of a Ray job is not done yet: its files are on the Ray node that ran it, and this host "
-    "shares no filesystem with it"
+    "copying outputs of a Ray job is not done yet without a shared filesystem: its files are on the Ray node that "
+    "ran it (executor.ray.sharedFilesystem: true where the nodes see this project's folder)"
 )
 
 
@@ -73,10 +76,29 @@ class Run:
         return self.job.submission_id
 
 
+OWNER_FILE: Final = "ray-owner.json"
+_OWNER: Final = re.compile(r"[0-9a-f]{8}")
+
+
+def owner_id(jobs_root: Path) -> str:
+    """The id of this project's state on Ray clusters (in its submission ids): made once, kept in `jobs_root`,
+    under a lock so two applies starting at once agree on it."""
+    path = jobs_root / OWNER_FILE
+    with locked(jobs_root / (OWNER_FILE + ".lock")):
+        found = (read_json(path) or {}).get("owner") if path.is_file() else None
+        if isinstance(found, str) and _OWNER.fullmatch(found):
+            return found
+        made = secrets.token_hex(4)
+        write_json(path, {"owner": made}, durable=True)
+        return made
+
+
 class RayExecutor:
     """Jobs on a Ray cluster through `jobs` (its Jobs API). `jobs_root` holds this host's notes of its jobs;
     `python` is the node's interpreter with nodus installed (the entrypoint's, absolute); `node_jobs` and
-    `node_project` are the node's jobs folder and project folder (None: the node session's defaults)."""
+    `node_project` are the node's jobs folder and project folder (None: the node session's defaults).
+    `shared_filesystem`: this host sees `node_jobs` at the same path (one machine, or a shared filesystem), so a
+    job's outputs are read there, each checked against the sha256 its node recorded (`nodus cp`, `exportTo`)."""
 
     def __init__(
         self,
@@ -86,12 +108,15 @@ class RayExecutor:
         python: str = sys.executable,
         node_jobs: str | None = None,
         node_project: str | None = None,
+        shared_filesystem: bool = False,
     ) -> None:
         self.jobs = jobs
         self.jobs_root = jobs_root
         self.python = python
         self.node_jobs = node_jobs
         self.node_project = node_project
+        self._node_outputs = LocalExecutor(Path(node_jobs)) if shared_filesystem and node_jobs else None
+        self.owner = owner_id(jobs_root)
         self._capabilities: Capabilities | None = None
 
     @property
@@ -127,7 +152,7 @@ class RayExecutor:
 
     def _submit(self, workload: Workload, key: RunKey, mode: str) -> None:
         project, name = workload.project, workload.name
-        identifier = submission_id(project, name, key)
+        identifier = submission_id(self.owner, project, name, key)
         if self.jobs.info(identifier) is not None:
             self._drop_held(project, name, key)
             return
@@ -301,7 +326,9 @@ class RayExecutor:
 
     def open_output(self, project: str, name: str, path: str, generation: int | None = None) -> BinaryIO:
         self._last_run_of(project, name, generation)
-        raise ConfigError(f"job {project}/{name}: outputs/{path}: {NOT_YET}")
+        if self._node_outputs is None:
+            raise ConfigError(f"job {project}/{name}: outputs/{path}: {NOT_YET}")
+        return self._node_outputs.open_output(project, name, path, generation)
 
     def copy_outputs(
         self,
@@ -314,7 +341,9 @@ class RayExecutor:
         generation: int | None = None,
     ) -> list[Path]:
         self._last_run_of(project, name, generation)
-        raise ConfigError(f"{label}: {NOT_YET}", hint="nothing was copied")
+        if self._node_outputs is None:
+            raise ConfigError(f"{label}: {NOT_YET}", hint="nothing was copied")
+        return self._node_outputs.copy_outputs(project, name, copies, label=label, root=root, generation=generation)
 
     def earlier_generations(self, project: str, name: str) -> list[int]:
         runs = self._runs(project, name)
@@ -340,7 +369,7 @@ class RayExecutor:
         """The job's submissions on Ray, oldest first, each with its log split."""
         found = []
         for job in self.jobs.list():
-            key = run_key(project, name, job.submission_id)
+            key = run_key(self.owner, project, name, job.submission_id)
             if key is None or job.metadata.get(PROJECT_KEY) != project or job.metadata.get(NAME_KEY) != name:
                 continue
             found.append((key, job))

@@ -5,10 +5,11 @@ and `nodus.testing.ray_cluster` (the tests' cluster). Ray binds its internal por
 127.0.0.1 (FACTS.md), so a cluster for trying nodus, or for tests, lives in a namespace that has nothing but `lo`.
 
 A namespace is made with `ip netns add` (a bind mount under /run/netns that outlives this process), its loopback
-brought up with `ip -n NAME link set lo up`, and commands run in it with `ip netns exec NAME ...`. `entered(NAME)`
-moves the calling *thread* into it for a block (setns(2) on the mount's fd, then back to the thread's own namespace):
-a network namespace is a per-thread attribute, so other threads of the process keep theirs, and a client that makes
-its connections on the calling thread (urllib, requests) reaches the cluster's 127.0.0.1 inside.
+brought up with `ip -n NAME link set lo up`, and commands run in it with `nsenter --net=/run/netns/NAME ...`.
+`entered(NAME)` moves the calling *thread* into it for a block (setns(2) on the mount's fd, then back to the
+thread's own namespace): a network namespace is a per-thread attribute, so other threads of the process keep theirs,
+and a client that makes its connections on the calling thread (urllib, requests) reaches the cluster's 127.0.0.1
+inside.
 """
 
 from __future__ import annotations
@@ -69,8 +70,16 @@ def delete(name: str) -> None:
 
 
 def exec_prefix(name: str | None) -> list[str]:
-    """The argv prefix that runs a command inside namespace `name` (nothing without one)."""
-    return [] if name is None else ["ip", "netns", "exec", name]
+    """The argv prefix that runs a command inside namespace `name` (nothing without one).
+
+    `nsenter --net` and not `ip netns exec`: the latter also makes a mount namespace and mounts a fresh /sys, which
+    hides /sys/fs/cgroup, and podman on the node (the container sandbox of a job's graders) then fails with "no
+    cgroup mount found in mountinfo". Only the network namespace is to change."""
+    if name is None:
+        return []
+    if which("nsenter") is None:
+        raise PrerequisiteError("`nsenter` is not installed", hint="apt-get install util-linux")
+    return ["nsenter", f"--net={NETNS_ROOT / name}", "--"]
 
 
 def _setns(fd: int) -> None:

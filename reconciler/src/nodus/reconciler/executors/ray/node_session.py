@@ -205,7 +205,3 @@ def main(environ: MutableMapping[str, str] | None = None, out: TextIO | None = N
     except NodusError as exc:
         return session.fail(Reason.LAUNCH_FAILED, exc.message)
     return session.follow()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

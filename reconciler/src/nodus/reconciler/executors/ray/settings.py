@@ -25,6 +25,8 @@ from .node_session import JOBS_VARIABLE
 
 ADDRESS_VARIABLE: Final = "RAY_ADDRESS"
 TOKEN_VARIABLE: Final = "RAY_AUTH_TOKEN"
+NODE_JOBS_FOLDER: Final = "ray-node-jobs"
+"""Beside the project's own jobs folder: where the nodes' sessions keep their job folders on a shared filesystem."""
 
 
 def ray_executor(jobs_root: Path, project: Project | None) -> RayExecutor:
@@ -50,4 +52,15 @@ def ray_executor(jobs_root: Path, project: Project | None) -> RayExecutor:
             f"{where}: executor.ray: no token for the Ray cluster ({TOKEN_VARIABLE} is not set)",
             hint=f"set {TOKEN_VARIABLE} to the cluster's token (RAY_AUTH_MODE=token)",
         )
-    return RayExecutor(RayJobsClient(address, token), jobs_root, node_jobs=os.environ.get(JOBS_VARIABLE))
+    node_jobs, node_project, shared = os.environ.get(JOBS_VARIABLE), None, False
+    if project is not None and settings is not None and settings.shared_filesystem:
+        # The nodes see this project's folder: their sessions read its store and keep their job folders in it.
+        node_project, shared = str(project.root), True
+        node_jobs = node_jobs or str(jobs_root.parent / NODE_JOBS_FOLDER)
+    return RayExecutor(
+        RayJobsClient(address, token),
+        jobs_root,
+        node_jobs=node_jobs,
+        node_project=node_project,
+        shared_filesystem=shared,
+    )

@@ -3,13 +3,15 @@
 Who uses it: `RayExecutor` (`executor.py`), to look a run up before it submits one (Ray answers a reused id
 with HTTP 500, not a conflict) and to find a job's latest run among the cluster's jobs.
 
-    nodus_{project}_{name}-g{generation}-a{attempt}           the first run of an attempt
-    nodus_{project}_{name}-g{generation}-a{attempt}-r{run}    its run-th resume after a suspension (run >= 1)
+    nodus_{owner}_{project}_{name}-g{generation}-a{attempt}           the first run of an attempt
+    nodus_{owner}_{project}_{name}-g{generation}-a{attempt}-r{run}    its run-th resume after a suspension
 
-Project and job names are DNS-like (lowercase letters, digits, `-`), which Ray accepts as they are (it puts the id
-in URL paths and checks nothing); `_` separates them because neither has one, so no two jobs share an id. Any
-other character (a name nodus would not validate) is replaced by `-`. The job's own key also travels in the
-submission's metadata (`nodus.project`, `nodus.name`).
+`owner` is the id of the project's state that launched it (random, made once: `RayExecutor`), so two checkouts
+whose projects are both `default`, or one whose `.nodus/` was deleted, never take each other's runs on one
+cluster for their own. Project and job names are DNS-like (lowercase letters, digits, `-`), which Ray accepts as
+they are (it puts the id in URL paths and checks nothing); `_` separates the parts because none has one, so no two
+jobs share an id. Any other character (a name nodus would not validate) is replaced by `-`. The job's own key
+also travels in the submission's metadata (`nodus.project`, `nodus.name`).
 """
 
 from __future__ import annotations
@@ -32,19 +34,19 @@ class RunKey:
     run: int = 0
 
 
-def job_prefix(project: str, name: str) -> str:
+def job_prefix(owner: str, project: str, name: str) -> str:
     """What every submission id of the job starts with."""
-    return f"{PREFIX}_{_safe(project)}_{_safe(name)}"
+    return f"{PREFIX}_{_safe(owner)}_{_safe(project)}_{_safe(name)}"
 
 
-def submission_id(project: str, name: str, key: RunKey) -> str:
-    base = f"{job_prefix(project, name)}-g{key.generation}-a{key.attempt}"
+def submission_id(owner: str, project: str, name: str, key: RunKey) -> str:
+    base = f"{job_prefix(owner, project, name)}-g{key.generation}-a{key.attempt}"
     return base if key.run == 0 else f"{base}-r{key.run}"
 
 
-def run_key(project: str, name: str, identifier: str) -> RunKey | None:
+def run_key(owner: str, project: str, name: str, identifier: str) -> RunKey | None:
     """The run a submission id names, when it is one of this job's (None for any other id)."""
-    prefix = job_prefix(project, name)
+    prefix = job_prefix(owner, project, name)
     if not identifier.startswith(prefix):
         return None
     found = _TAIL.fullmatch(identifier[len(prefix) :])
