@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,3 +76,28 @@ def tiny_model(warmed_model: WarmedModel) -> tuple[str, str]:
     30 s on two cores). The recipe is the quickstart's, so its revision is the one
     examples/quickstart/trainingjob.yaml pins."""
     return warmed_model(Path(__file__).parent / "examples" / "quickstart" / "reverse_words.py", "quickstart")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real Ray cluster per test run (`nodus.testing.ray_cluster.RayTestCluster`): a head and two workers of
+    made-up GPU types in a network namespace of their own, with token auth, stopped by pid; shared by xdist workers
+    under a file lock beside the session's temporary folders. For the tests marked `ray`; it skips where Ray is not
+    installed (the `nodus[ray]` extra) or network namespaces cannot be made (`ip netns` needs root and iproute2).
+    Teardown checks what `nodus cluster down` promises: no process of the cluster left, no record, no namespace."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("Ray is not installed (pip install 'nodus[ray]')")
+    from nodus.builder.host_programs import which
+    from nodus.reconciler.executors.ray import cluster, netns
+    from nodus.testing.ray_cluster import shared_cluster
+
+    if which("ip") is None or os.geteuid() != 0:
+        pytest.skip("network namespaces need `ip` (iproute2) and root")
+    folder = tmp_path_factory.getbasetemp().parent / "nodus-ray-cluster"
+    with shared_cluster(folder) as running:
+        yield running
+    if cluster.read_record(folder) is None:  # this process brought it down: check it is all gone
+        assert cluster.owned_processes(running.record.nodes) == []
+        assert not netns.exists(running.netns)

@@ -47,10 +47,16 @@ def build_module_project(root: Path, module: Path, name: str, base_reference: st
     root.mkdir(parents=True, exist_ok=True)
     shutil.copy(module, root / module.name)
     (root / "environment.yaml").write_text(ENVIRONMENT.format(name=name, version=version, loader=module.stem))
+    return build_project(root, base_reference)
+
+
+def build_project(root: Path, base_reference: str) -> Path:
+    """Every Environment of the project at `root` built by nodus-build against the base image `base_reference`
+    with no network, into its store and nodus.lock. Fails the test when the build does not succeed."""
     flags = ["--network", "none", "--base", base_reference, "--lock", str(root / "nodus.lock")]
     with pytest.raises(SystemExit) as exited:
         nodus_build([str(root), *flags, "--state-dir", str(root / ".nodus"), "--json"])
-    assert exited.value.code == 0, f"nodus-build of {module.name} exited {exited.value.code}"
+    assert exited.value.code == 0, f"nodus-build of {root} exited {exited.value.code}"
     return root
 
 

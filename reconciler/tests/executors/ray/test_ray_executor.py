@@ -41,6 +41,7 @@ def test_launch_twice_submits_once(ray_executor: RayExecutor, fake_jobs) -> None
     assert submission.entrypoint == "/opt/node/bin/python -m nodus.reconciler.executors.ray.node_main"
     assert Workload.from_json(submission.env_vars["NODUS_WORKLOAD"]) == workload()
     assert submission.env_vars["NODUS_RUN"] == "launch"
+    assert submission.num_cpus == 1  # a CPU for the session: never on a head without CPUs
 
 
 def test_an_interrupted_launch_then_another_submits_once(ray_executor: RayExecutor, fake_jobs) -> None:

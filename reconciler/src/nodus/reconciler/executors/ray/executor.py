@@ -175,6 +175,7 @@ class RayExecutor:
             env_vars=env,
             metadata={PROJECT_KEY: workload.project, NAME_KEY: workload.name, WORKLOAD_KEY: workload.to_json()},
             num_gpus=placement.num_gpus,
+            num_cpus=placement.num_cpus,
             resources=placement.resources,
             label_selector=placement.label_selector,
         )

@@ -67,6 +67,7 @@ class Submission:
     env_vars: Mapping[str, str]
     metadata: Mapping[str, str]
     num_gpus: float | None = None
+    num_cpus: float | None = None
     resources: Mapping[str, float] = field(default_factory=dict)
     label_selector: Mapping[str, str] = field(default_factory=dict)
 
@@ -123,6 +124,7 @@ class RayJobsClient:
             runtime_env={"env_vars": dict(submission.env_vars)},
             metadata=dict(submission.metadata),
             entrypoint_num_gpus=submission.num_gpus,
+            entrypoint_num_cpus=submission.num_cpus,
             entrypoint_resources=dict(submission.resources) or None,
             entrypoint_label_selector=dict(submission.label_selector) or None,
         )

@@ -12,9 +12,10 @@ A node offers a GPU type in one of two ways (`nodus cluster up` starts its nodes
 
 A workload that names several types takes the first one some alive node has room for (by its total resources:
 a busy node that fits is Ray's to queue the job on). One that fits no node is `Unschedulable`, with every offer
-tried and why it failed. A workload without GPUs reserves nothing: its entrypoint (the node session and the
-trainer under it) runs wherever Ray puts it. The workload names no CPU or memory yet (`Resources` has none), so
-none is reserved.
+tried and why it failed. Every entrypoint reserves one CPU (`SESSION_CPUS`) for the node session and the trainer
+under it: without a reservation Ray runs a job's driver on the head node, which `nodus cluster up` (as Ray advises
+for clusters) starts with no CPUs for work. The workload names no CPU count or memory yet (`Resources` has none),
+so no more is reserved.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ GPU_TYPE_RESOURCE: Final = "nodus.dev/gpu-type/"
 GPU_TYPE_LABEL: Final = "nodus.dev/gpu-type"
 """The node label naming a node's GPU type."""
 RAY_GPU: Final = "GPU"
+SESSION_CPUS: Final = 1.0
+"""What every entrypoint reserves: the node session and its trainer run on a worker, never on a head without CPUs."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ class Placement:
     num_gpus: float | None = None
     resources: Mapping[str, float] = field(default_factory=dict)
     label_selector: Mapping[str, str] = field(default_factory=dict)
+    num_cpus: float = SESSION_CPUS
 
 
 @dataclass(frozen=True)
