@@ -272,7 +272,7 @@ def test_a_cap_reached_mid_run_suspends_and_raising_it_resumes_from_the_checkpoi
     status = jobs.wait()
     assert status["phase"] == SUSPENDED and status["reason"] == "MaxCostReached", status.get("message")
     interval = spec.interval_cost()
-    assert Decimal("0.05") - 2 * interval <= _cost(status) <= Decimal("0.05") + interval
+    assert Decimal("0.05") - 2 * interval <= _cost(status) <= Decimal("0.05") + 2 * interval  # one late tick
     closed = [e for e in jobs.events() if e["type"] == "GradersClosed"]
     assert closed and closed[-1]["graders"] >= 1
     assert _gone(graders)  # the graders were removed with the run
