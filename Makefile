@@ -50,6 +50,7 @@ bench: setup
 	$(VENV)/bin/python bench/build.py
 	$(VENV)/bin/python bench/plan.py
 	$(VENV)/bin/python bench/train.py
+	$(VENV)/bin/python bench/ray.py
 
 schemas: setup
 	$(VENV)/bin/python -m nodus.specs.schema_export
