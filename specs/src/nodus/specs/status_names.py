@@ -116,6 +116,9 @@ class Reason(StrEnum):
     UNSCHEDULABLE = "Unschedulable"
     """Pending: no alive node of the Ray cluster fits the job's resources; the message lists each offer tried
     (tried again at the next reconcile)."""
+    GANG_ASSEMBLY_TIMEOUT = "GangAssemblyTimeout"
+    """Failed: the members of a gang were not all placed within `distributed.startupTimeout`; every member was
+    released (the Ray executor removes the gang's placement group)."""
 
     # The TrainingJob and Job controllers and `nodus apply`.
     ENVIRONMENT_NOT_READY = "EnvironmentNotReady"

@@ -59,6 +59,10 @@ class Resources(WorkloadModel):
 
     gpu: GpuResources | None = None
     nodes: int = Field(default=1, ge=1)
+    launcher: str = "Plain"
+    """How each member of a gang runs the command (`Plain`, `Torchrun`, ...): the seeds' launchers."""
+    startup_timeout_s: float = Field(default=900.0, gt=0, alias="startupTimeoutS")
+    """How long a gang's assembly waits for every member to be placed (`distributed.startupTimeout`)."""
 
 
 class Intervals(WorkloadModel):

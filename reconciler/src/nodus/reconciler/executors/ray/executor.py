@@ -41,7 +41,7 @@ from ..local import LocalExecutor
 from ..local.job import locked, parse_usd, read_json, usd, write_json
 from ..protocol import ENDED_PHASES, Capabilities, Gradings, Observation, OutputFile, OutputManifest
 from ..workload import Workload
-from . import node_session, status_stream
+from . import gang, node_session, status_stream
 from .jobs_client import RAY_PENDING, JobsClient, RayJob, Submission
 from .placement import Placement, Unschedulable, offered_types, place
 from .status_stream import Stream
@@ -121,9 +121,9 @@ class RayExecutor:
 
     @property
     def capabilities(self) -> Capabilities:
-        """No gangs yet; the GPU types the cluster's alive nodes offer (read once)."""
+        """Gangs (`gang.py`); the GPU types the cluster's alive nodes offer (read once)."""
         if self._capabilities is None:
-            self._capabilities = Capabilities(gangs=False, gpu_types=offered_types(self.jobs.nodes()), services=False)
+            self._capabilities = Capabilities(gangs=True, gpu_types=offered_types(self.jobs.nodes()), services=False)
         return self._capabilities
 
     # --- launch ------------------------------------------------------------------------------------------
@@ -169,6 +169,11 @@ class RayExecutor:
             env[node_session.JOBS_VARIABLE] = self.node_jobs
         if self.node_project is not None:
             env[node_session.PROJECT_VARIABLE] = self.node_project
+        if gang.is_gang(workload):
+            # The coordinator reserves nothing (Ray runs it on the head); its members reserve the placement.
+            env[gang.SUBMISSION_VARIABLE] = identifier
+            env[gang.PLACEMENT_VARIABLE] = gang.placement_to_json(placement)
+            placement = Placement(num_cpus=0.0)
         return Submission(
             submission_id=identifier,
             entrypoint=f"{shlex.quote(self.python)} -m {NODE_SESSION_MODULE}",
