@@ -203,3 +203,16 @@ def test_apply_build_exits_1_naming_the_environment_whose_build_failed(
         "TrainingJob/quickstart: Pending: EnvironmentNotReady: Environment/reverse-words is Failed (BuildFailed: "
         in (summary)
     )
+
+
+def test_a_gang_on_the_local_executor_fails_at_apply_and_launches_nothing(project: Path) -> None:
+    """The local executor starts no gangs: a Job of two nodes is refused, not run as one process."""
+    (project / "gang.yaml").write_text(
+        "apiVersion: nodus.dev/v1beta1\nkind: Job\nmetadata: {name: gang}\nspec:\n"
+        f"  command: [{sys.executable}, -c, 'print(1)']\n  distributed: {{nodes: 2}}\n"
+    )
+    code, out, err = nodus("apply", ".", "--yes", "--wait", "--timeout", "1m")
+    assert code == 1, out + err
+    assert "Job/gang: Failed" in out + err and "ExecutorLacksGangs" in out + err, out + err
+    assert "spec.distributed.nodes: 2 nodes need an executor that starts gangs" in out + err, out + err
+    assert not (project / ".nodus" / "jobs" / "default" / "gang").exists()  # nothing was launched

@@ -131,6 +131,8 @@ class Reason(StrEnum):
     """An Environment that is not Ready and says no reason of its own."""
     REPLACED = "Replaced"
     """Pending: a replace ended the generation before; the next one launches."""
+    EXECUTOR_LACKS_GANGS = "ExecutorLacksGangs"
+    """Failed: a run of several nodes on an executor that starts no gangs (the local one); nothing was launched."""
     LAUNCH_FAILED = "LaunchFailed"
     """The executor refused or failed the launch (a permanent error, recorded in status)."""
     NAME_TAKEN = "NameTaken"

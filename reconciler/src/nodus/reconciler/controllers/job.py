@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from nodus.reconciler.controllers.trainingjob import (
     executor,
+    gang_refusal,
     intervals,
     job_status,
     launch_generation,
@@ -46,6 +47,9 @@ def reconcile_job(record: ResourceRecord, *, project: Project, store: StateStore
         max_cost_usd=spec.get("maxCostUSD"),
         intervals=intervals(),
     )
+    refused = gang_refusal(job.resources, jobs, "spec.distributed.nodes")
+    if refused is not None:
+        return refused, None
     if spec.get("state") == "Suspended":
         if jobs.exists(record.key.project, record.key.name):
             jobs.suspend(record.key.project, record.key.name)

@@ -53,6 +53,7 @@ from nodus.reconciler.project import Project
 from nodus.reconciler.references import runtime_key
 from nodus.reconciler.state.records import JSONObject, Launch, ResourceKey, ResourceRecord, StateStore, spec_hash
 from nodus.specs.status_names import Phase, Reason
+from nodus.specs.types import parse_duration
 
 PRICE_VARIABLE = LOCAL_PRICE_VARIABLE
 """US dollars per hour this machine costs (else the price table's `cpu.local`, 0 by default: your own machine);
@@ -115,6 +116,9 @@ def reconcile_trainingjob(
     spec = compile_workload(
         record, verdict, runtime, environment, price=price, container=container, model=model, source_digest=source
     )
+    refused = gang_refusal(spec.resources, jobs, "spec.resources.nodes")
+    if refused is not None:
+        return refused, None
     exists = jobs.exists(record.key.project, record.key.name)
     if record.spec["spec"].get("state") == "Suspended":
         if exists:
@@ -286,7 +290,7 @@ def compile_workload(
         command=tuple(str(part) for part in runtime_spec["command"]),
         image=runtime_spec.get("image"),
         env={**(runtime_spec.get("env") or {}), **(spec.get("env") or {})},
-        resources=resources_of(spec),
+        resources=resources_of(spec, runtime_spec.get("launcher")),
         price_per_hour_usd=str((price or launch_price(load_prices())).per_hour_usd),
         max_cost_usd=spec.get("maxCostUSD"),
         intervals=intervals(),
@@ -301,18 +305,43 @@ def intervals() -> Intervals:
     return Intervals(accounting_s=float(os.environ.get(INTERVAL_VARIABLE, "10")))
 
 
-def resources_of(spec: JSONObject) -> Resources | None:
-    """`spec.resources` of a TrainingJob or Job as the workload names them (GPU types and count, nodes); None
-    where the resource leaves them out (the runtime's presets are the estimator's, not a request)."""
+def resources_of(spec: JSONObject, launcher: str | None = None) -> Resources | None:
+    """`spec.resources` of a TrainingJob or Job as the workload names them (GPU types and count, nodes), and a
+    Job's gang (`spec.distributed`: its nodes and startupTimeout) with its launcher (`spec.launcher`, else
+    `launcher`, the runtime's); None where the resource leaves them all out (the runtime's presets are the
+    estimator's, not a request)."""
     resources = spec.get("resources")
-    if not isinstance(resources, dict):
+    distributed = spec.get("distributed")
+    if not isinstance(resources, dict) and not isinstance(distributed, dict):
         return None
+    resources = resources if isinstance(resources, dict) else {}
+    distributed = distributed if isinstance(distributed, dict) else {}
     gpu = resources.get("gpu")
     wanted = None
     if isinstance(gpu, dict) and gpu.get("type"):
         types = gpu["type"] if isinstance(gpu["type"], list) else [gpu["type"]]
         wanted = GpuResources(types=tuple(str(kind) for kind in types), count=int(gpu.get("count") or 1))
-    return Resources(gpu=wanted, nodes=int(resources.get("nodes") or 1))
+    gang: dict[str, Any] = {}
+    if distributed.get("startupTimeout") is not None:
+        gang["startup_timeout_s"] = parse_duration(distributed["startupTimeout"]).total_seconds()
+    return Resources(
+        gpu=wanted,
+        nodes=int(distributed.get("nodes") or resources.get("nodes") or 1),
+        launcher=str(spec.get("launcher") or launcher or "Plain"),
+        **gang,
+    )
+
+
+def gang_refusal(resources: Resources | None, jobs: Executor, where: str) -> JSONObject | None:
+    """The Failed status of a run of several nodes on an executor without gangs (the local one would run one
+    process and call it the gang), None otherwise. `where`: the field that asked for the nodes."""
+    if resources is None or resources.nodes <= 1 or jobs.capabilities.gangs:
+        return None
+    message = (
+        f"{where}: {resources.nodes} nodes need an executor that starts gangs; this project's runs one process on "
+        "this machine (set executor: {ray: {address: ...}} in nodus.yaml)"
+    )
+    return {"phase": Phase.FAILED, "reason": Reason.EXECUTOR_LACKS_GANGS, "message": message}
 
 
 def package_source_digest(project: Project, environment: ResourceRecord) -> str | None:
