@@ -118,7 +118,10 @@ class Reason(StrEnum):
     (tried again at the next reconcile)."""
     GANG_ASSEMBLY_TIMEOUT = "GangAssemblyTimeout"
     """Failed: the members of a gang were not all placed within `distributed.startupTimeout`; every member was
-    released (the Ray executor removes the gang's placement group)."""
+    released (the Ray executor removes the gang's placement group), each of its `maxAssemblyRetries` tries too."""
+    NODE_LOST = "NodeLost"
+    """Failed: a member of a gang was lost (its node or its Ray worker gone) and `recovery.maxAttempts` restarts are
+    spent; the message is the first loss's."""
 
     # The TrainingJob and Job controllers and `nodus apply`.
     ENVIRONMENT_NOT_READY = "EnvironmentNotReady"

@@ -307,7 +307,8 @@ def intervals() -> Intervals:
 
 def resources_of(spec: JSONObject, launcher: str | None = None) -> Resources | None:
     """`spec.resources` of a TrainingJob or Job as the workload names them (GPU types and count, nodes), and a
-    Job's gang (`spec.distributed`: its nodes and startupTimeout) with its launcher (`spec.launcher`, else
+    Job's gang (`spec.distributed`: its nodes, startupTimeout and maxAssemblyRetries; `spec.recovery.maxAttempts`
+    for its restarts) with its launcher (`spec.launcher`, else
     `launcher`, the runtime's); None where the resource leaves them all out (the runtime's presets are the
     estimator's, not a request)."""
     resources = spec.get("resources")
@@ -324,6 +325,11 @@ def resources_of(spec: JSONObject, launcher: str | None = None) -> Resources | N
     gang: dict[str, Any] = {}
     if distributed.get("startupTimeout") is not None:
         gang["startup_timeout_s"] = parse_duration(distributed["startupTimeout"]).total_seconds()
+    if distributed.get("maxAssemblyRetries") is not None:
+        gang["max_assembly_retries"] = int(distributed["maxAssemblyRetries"])
+    recovery = spec.get("recovery")
+    if isinstance(recovery, dict) and recovery.get("maxAttempts") is not None:
+        gang["max_restarts"] = int(recovery["maxAttempts"])
     return Resources(
         gpu=wanted,
         nodes=int(distributed.get("nodes") or resources.get("nodes") or 1),

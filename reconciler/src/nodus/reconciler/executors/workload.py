@@ -63,6 +63,10 @@ class Resources(WorkloadModel):
     """How each member of a gang runs the command (`Plain`, `Torchrun`, ...): the seeds' launchers."""
     startup_timeout_s: float = Field(default=900.0, gt=0, alias="startupTimeoutS")
     """How long a gang's assembly waits for every member to be placed (`distributed.startupTimeout`)."""
+    max_assembly_retries: int = Field(default=2, ge=0, alias="maxAssemblyRetries")
+    """Assemblies tried again after one timed out, before the gang fails (`distributed.maxAssemblyRetries`)."""
+    max_restarts: int = Field(default=3, ge=0, alias="maxRestarts")
+    """Restarts of a gang at its next epoch after a lost member (`recovery.maxAttempts`)."""
 
 
 class Intervals(WorkloadModel):

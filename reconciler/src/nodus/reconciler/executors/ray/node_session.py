@@ -46,6 +46,7 @@ from ..local import LocalExecutor
 from ..local.job import TERMINAL, JobFiles, lock_held, read_json
 from ..workload import Workload
 from . import gang, status_stream
+from .gang_coordinator import run_gang
 
 WORKLOAD_VARIABLE: Final = "NODUS_WORKLOAD"
 RUN_VARIABLE: Final = "NODUS_RUN"
@@ -191,11 +192,11 @@ def main(environ: MutableMapping[str, str] | None = None, out: TextIO | None = N
         print(f"error: {WORKLOAD_VARIABLE} is not set: this runs as a Ray job's entrypoint", file=sys.stderr)
         return 2
     workload = Workload.from_json(text)
-    if gang.is_gang(workload):  # the gang's coordinator: its members run the command (gang.py)
+    jobs_root = Path(environ.get(JOBS_VARIABLE) or default_jobs_root())
+    if gang.is_gang(workload):  # the gang's coordinator: its members run the command (gang_coordinator.py)
         placement = gang.placement_from_json(environ[gang.PLACEMENT_VARIABLE])
         cwd = environ.get(PROJECT_VARIABLE)
-        return gang.run_gang(workload, environ[gang.SUBMISSION_VARIABLE], placement, out, cwd)
-    jobs_root = Path(environ.get(JOBS_VARIABLE) or default_jobs_root())
+        return run_gang(workload, environ[gang.SUBMISSION_VARIABLE], placement, out, cwd, jobs_root)
     project = None
     if environ.get(PROJECT_VARIABLE):
         project = Project.find(Path(environ[PROJECT_VARIABLE]))
