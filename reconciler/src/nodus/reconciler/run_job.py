@@ -258,4 +258,4 @@ def _flag_error(problem: Problem) -> RunFlagError:
 
 
 def _under(path: str, prefix: str) -> bool:
-    return path == prefix or path.startswith(prefix + ".") or path.startswith(prefix + "[")
+    return path == prefix or path.startswith((prefix + ".", prefix + "["))
