@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from nodus.reconciler.controllers.trainingjob import resources_of
 from nodus.reconciler.planning.desired import desired_from
 from nodus.reconciler.pricing.estimate import Facts, estimate_plain_job
 from nodus.reconciler.pricing.prices import load_prices
@@ -219,3 +220,14 @@ def test_a_job_without_a_timeout_has_a_first_hold_but_no_cost() -> None:
     assert estimate.cost_usd is None and estimate.first_hold_usd == Decimal("0.10")  # held up to the cap
     assert estimate.cap_below_first_hold  # an hour of an L4 is more than $0.10: a dry run says it blocks
     assert [item.item for item in estimate.unpriced] == ["duration"]
+
+
+def test_the_workload_gets_the_shape_the_estimate_priced() -> None:
+    """`totalGPUs` reaches the executor resolved (2 nodes of 8), not as the 1-GPU default of `resources.gpu`."""
+    job = validated(compiled(gpus=("H100",), total_gpus=16, launcher="torchrun")).document
+    resources = resources_of(job["spec"])
+    assert resources is not None and resources.gpu is not None
+    assert (resources.nodes, resources.gpu.count, resources.gpu.types) == (2, 8, ("h100-sxm-80g",))
+    assert resources.launcher == "Torchrun"
+    gang = resources_of(validated(compiled(gpus=("L4",), nodes=2, gpus_per_node=4)).document["spec"])
+    assert gang is not None and gang.gpu is not None and (gang.nodes, gang.gpu.count) == (2, 4)
