@@ -144,7 +144,7 @@ def test_apply_wait_refreshes_under_the_apply_lease_and_skips_a_look_while_anoth
         store.set_status(KEY, {"phase": "Running"})
         other = store.acquire_lease("apply", "someone@elsewhere pid 1", "apply elsewhere", 60)
         monkeypatch.setattr(plan_apply.time, "sleep", lambda seconds: store.release_lease(other))
-        assert plan_apply._wait(project, store, [KEY], "1m") == []
+        assert plan_apply.wait_for(project, store, [KEY], "1m") == []
         assert store.current_lease("apply") is None
     finally:
         store.close()

@@ -210,7 +210,7 @@ def test_a_dry_run_with_nothing_blocking_exits_0(project: Path, tmp_path: Path) 
 
 def test_what_a_dry_run_refuses(project: Path) -> None:
     code, _, err = nodus("apply", "-f", "environment.yaml", "--dry-run")
-    assert code == 1 and "no TrainingJob to dry-run" in err
+    assert code == 1 and "no TrainingJob or Job to dry-run" in err
     code, _, err = nodus("apply", "-f", "trainingjob.yaml", "-o", "yaml")
     assert code == 1 and "-o is for --dry-run" in err
 

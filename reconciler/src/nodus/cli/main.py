@@ -22,6 +22,7 @@ from nodus.cli import (
     pr_comment,
     refresh,
     resources,
+    run,
     schema,
     validate,
     version,
@@ -62,6 +63,7 @@ cli.add_command(version.version)
 cli.add_command(env.env_group)
 cli.add_command(plan_apply.plan_command)
 cli.add_command(plan_apply.apply_command)
+cli.add_command(run.run)
 cli.add_command(resources.get)
 cli.add_command(resources.describe)
 cli.add_command(resources.wait)

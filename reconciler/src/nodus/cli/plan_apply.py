@@ -15,8 +15,8 @@ Managed runtimes (`runtime: nodus/grpo-lora`) join the files' resources (`nodus.
 
 Plans are priced (`nodus.reconciler.pricing`): each TrainingJob change gets its estimate, from the price table
 (`catalog/prices.yaml`, `$NODUS_PRICES`, the project's `prices.yaml`, `--prices FILE`). `nodus apply --dry-run`
-prints the Job each TrainingJob of the files would compile into, with `status.estimate` and
-`status.blockingReasons`, and writes nothing; each blocking reason is also one line on stderr, and any exits 1.
+prints the Job each TrainingJob of the files would compile into, and each Job of the files, with `status.estimate`
+and `status.blockingReasons`, and writes nothing; each blocking reason is also one line on stderr, and any exits 1.
 
 Exit codes of `nodus apply`: 0 when everything applied; 1 when any resource failed (a build, a launch: the
 others are still applied, and `Apply failed:` names each with its reason), and with `--wait` when anything
@@ -42,7 +42,7 @@ from nodus.reconciler.planning.diff import Plan, plan
 from nodus.reconciler.planning.render import render_json, render_markdown, render_table
 from nodus.reconciler.pricing.costs import PlanCosts
 from nodus.reconciler.project import Project
-from nodus.reconciler.state.records import ResourceKey, ResourceRecord, StateStore
+from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore
 from nodus.reconciler.waiting import Outcome
 from nodus.specs.status_names import Phase
 
@@ -181,7 +181,8 @@ def _refuse_what_apply_would(made: Plan, store: StateStore) -> None:
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Apply nothing: print the Job each TrainingJob would compile into, with its estimate and blocking reasons.",
+    help="Apply nothing: print each Job (and the Job each TrainingJob would compile into), with its estimate and "
+    "blocking reasons.",
 )
 @click.option(
     "-o", "--output", type=click.Choice(["yaml", "json"]), default=None, help="With --dry-run: yaml (default) or json."
@@ -252,7 +253,7 @@ def apply_command(
             err_line(f"Apply failed: {failures} ({done}, {took})")
         else:
             line(f"Apply complete: {done} ({took}).")
-        unfinished = _wait(project, store, list(report.statuses), timeout) if wait else []
+        unfinished = wait_for(project, store, list(report.statuses), timeout) if wait else []
     finally:
         store.close()
     if unfinished:
@@ -267,15 +268,23 @@ def one_line(text: str) -> str:
 
 
 def _dry_run(paths: list[Path], output: str, prices_file: Path | None, state: str | None) -> None:
-    """Print the compiled Job of every TrainingJob under `paths`, priced; nothing is written, no lease taken."""
-    from nodus.reconciler.dry_run import as_json_output, blocking_lines, dry_run, note_lines, read_inputs
+    """Print the compiled Job of every TrainingJob under `paths`, and every Job, priced; nothing is written, no
+    lease taken."""
+    from nodus.reconciler.dry_run import dry_run, read_inputs
     from nodus.reconciler.pricing.prices import load_prices
 
     project = Project.find(paths[0], state=state)
     table = load_prices(project_root=project.root, prices_file=prices_file)
-    records = _read_records(project)
+    records = read_records(project)
     inputs = read_inputs(paths, project, records, warn=lambda text: err_line(text, dim=True))
-    documents = dry_run(inputs, project=project, prices=table, now=_now())
+    print_dry_run(dry_run(inputs, project=project, prices=table, now=_now()), output)
+
+
+def print_dry_run(documents: list[JSONObject], output: str) -> None:
+    """The dry run's documents on stdout, its notes and blocking reasons on stderr; exit 1 when anything blocks.
+    Shared by `nodus apply --dry-run` and `nodus run --dry-run`."""
+    from nodus.reconciler.dry_run import as_json_output, blocking_lines, note_lines
+
     if output == "json":
         sys.stdout.write(json.dumps(as_json_output(documents), indent=2, ensure_ascii=False) + "\n")
     else:
@@ -294,7 +303,7 @@ def _dry_run(paths: list[Path], output: str, prices_file: Path | None, state: st
         sys.exit(1)
 
 
-def _read_records(project: Project) -> list[ResourceRecord]:
+def read_records(project: Project) -> list[ResourceRecord]:
     """The store's records, read without writing: no store file yet means nothing applied yet (none is created)."""
     from nodus.reconciler.state import STATE_FILE, open_store
 
@@ -307,7 +316,7 @@ def _read_records(project: Project) -> list[ResourceRecord]:
         store.close()
 
 
-def _wait(project: Project, store: StateStore, keys: list[ResourceKey], timeout: str) -> list[Outcome]:
+def wait_for(project: Project, store: StateStore, keys: list[ResourceKey], timeout: str) -> list[Outcome]:
     """Follow `keys` until each has ended (or can no longer progress); the outcomes that are not a success.
 
     Ends early, with those outcomes, as soon as nothing is left that can still change; a timeout is an error."""

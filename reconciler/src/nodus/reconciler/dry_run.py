@@ -1,9 +1,12 @@
-"""`nodus apply -f FILE --dry-run`: the workload each TrainingJob would launch, priced, with what blocks it.
+"""`nodus apply -f FILE --dry-run`: the workload each TrainingJob (and each Job) would launch, priced, with what
+blocks it.
 
-Who calls it: the `nodus apply` command with `--dry-run` (`nodus.cli.plan_apply`). It writes nothing and takes no
-lease: the files are read, the state store only read (and not opened at all when the project has none yet), and
-the workload comes from the same `compile_workload` the TrainingJob controller launches with. It sits above
-pricing, apply and the controllers (it asks all three), not inside `pricing`, which must stay pure.
+Who calls it: the `nodus apply` command with `--dry-run` (`nodus.cli.plan_apply`), and `nodus run --dry-run`
+(`nodus.cli.run`, with the one Job its flags compile into: `inputs_of_job`), so both print the same document. It
+writes nothing and takes no lease: the files are read, the state store only read (and not opened at all when the
+project has none yet), and the workload comes from the same `compile_workload` the TrainingJob controller launches
+with. It sits above pricing, apply and the controllers (it asks all three), not inside `pricing`, which must stay
+pure.
 
 What it reads, as `nodus apply PATH` would: the resources of the files named (`-f` may repeat, and take folders),
 then the rest of the project folder (the runtimes and Environments the jobs name; a file of the project that does
@@ -20,6 +23,11 @@ by image and manifest digests, the model by URI or Volume revision, params.json'
 `blockingReasons` (admission refusals, a cap that was lowered, an Environment not built or not Ready, a model not
 in the local cache, a cap below the first hold), each `{reason, message}`; and `notes`, what apply will do that
 does not block it (a catalog Environment not built yet, which apply builds from the catalog).
+
+Each Job of the files gives its own document back: its spec as apply would store it, and `status` with the action,
+`topology` (the gang's resolved shape, `nodus.specs.topology`, when it has a `distributed` block), `estimate`
+(`pricing.estimate_plain_job`: every member, `gangHoldUSD` and `assemblyBoundUSD` for a gang) and
+`blockingReasons` (admission refusals, a cap below the first hold).
 """
 
 from __future__ import annotations
@@ -44,11 +52,12 @@ from nodus.reconciler.planning.diff import Action, plan
 from nodus.reconciler.planning.managed import with_managed
 from nodus.reconciler.planning.managed_environments import is_managed_source
 from nodus.reconciler.pricing.estimate import Estimate
-from nodus.reconciler.pricing.facts import Context, estimate_job
+from nodus.reconciler.pricing.facts import Context, estimate_job, estimate_job_run
 from nodus.reconciler.pricing.prices import PriceTable, launch_price
 from nodus.reconciler.project import Project
 from nodus.reconciler.references import environment_ref, merge, runtime_key
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore, spec_hash
+from nodus.specs import topology
 from nodus.specs.parse import parse_resources
 from nodus.specs.status_names import Phase, Reason
 from nodus.specs.types import format_usd
@@ -65,6 +74,8 @@ PLATFORM_ENV = (
 )
 """What the supervisor sets for the trainer when it runs (values known only then)."""
 Warn = Callable[[str], None]
+DRY_RUN_KINDS = ("TrainingJob", "Job")
+"""The kinds a dry run prints a document for."""
 
 
 @dataclass(frozen=True)
@@ -85,11 +96,11 @@ def read_inputs(paths: Sequence[Path], project: Project, records: list[ResourceR
     result = parse_resources(list(paths))
     result.raise_for_errors()
     files = desired_from(result.resources)
-    if not any(item.key.kind == "TrainingJob" for item in files):
+    if not any(item.key.kind in DRY_RUN_KINDS for item in files):
         names = ", ".join(str(path) for path in paths)
         raise ConfigError(
-            f"{names}: no TrainingJob to dry-run",
-            hint="a dry run prices TrainingJobs; `nodus plan PATH` shows the rest",
+            f"{names}: no TrainingJob or Job to dry-run",
+            hint="a dry run prices TrainingJobs and Jobs; `nodus plan PATH` shows the rest",
         )
     known = {item.key for item in files}
     others: list[Desired] = []
@@ -108,6 +119,12 @@ def read_inputs(paths: Sequence[Path], project: Project, records: list[ResourceR
     return Inputs(files, with_managed([*files, *others]), records)
 
 
+def inputs_of_job(job: Desired, records: list[ResourceRecord]) -> Inputs:
+    """A dry run of one Job that no file holds (`nodus run`): it names no runtime, Environment or model, so
+    nothing else of the project is read."""
+    return Inputs([job], [job], records)
+
+
 def dry_run(inputs: Inputs, *, project: Project, prices: PriceTable, now: datetime) -> list[JSONObject]:
     """One `kind: Job` document per TrainingJob of the files, in file order."""
     made = plan(inputs.desired, inputs.records)
@@ -122,11 +139,34 @@ def dry_run(inputs: Inputs, *, project: Project, prices: PriceTable, now: dateti
         refused.setdefault(refusal.operation.key, []).append({"reason": reason, "message": refusal.message})
     out = []
     for item in inputs.files:
-        if item.key.kind != "TrainingJob":
-            continue
         blocking = refused.get(item.key, [])
-        out.append(_job_document(item, actions[item.key], documents, sources, context, blocking, prices=prices))
+        if item.key.kind == "TrainingJob":
+            out.append(_job_document(item, actions[item.key], documents, sources, context, blocking, prices=prices))
+        elif item.key.kind == "Job":
+            out.append(_plain_job_document(item, actions[item.key], context, blocking))
     return out
+
+
+def _plain_job_document(item: Desired, action: Action, context: Context, blocking: list[JSONObject]) -> JSONObject:
+    """A Job of the files (or of `nodus run`) as apply would store it, priced: every member of a gang."""
+    job = item.document
+    estimate = estimate_job_run(job, context, key=item.key)
+    spec = job["spec"]
+    shape = {"topology": topology.of_spec(spec).to_dict()} if spec.get("distributed") else {}
+    return {
+        "apiVersion": job["apiVersion"],
+        "kind": "Job",
+        "metadata": copy.deepcopy(job["metadata"]),
+        "spec": copy.deepcopy(spec),
+        "status": {
+            "dryRun": True,
+            "action": action.type,
+            "source": item.source,
+            **shape,
+            "estimate": estimate.to_dict(),
+            "blockingReasons": [*blocking, *_cap_blocking(estimate)],
+        },
+    }
 
 
 def _job_document(
@@ -400,7 +440,7 @@ def blocking_lines(documents: list[JSONObject]) -> list[str]:
     for document in documents:
         status = document["status"]
         where = f"{status['source']}: " if status.get("source") else ""
-        owner = document["spec"]["owner"]
+        owner = _named(document)
         found += [f"{where}{owner}: {entry['reason']}: {entry['message']}" for entry in status["blockingReasons"]]
     return found
 
@@ -411,8 +451,13 @@ def note_lines(documents: list[JSONObject]) -> list[str]:
     for document in documents:
         status = document["status"]
         where = f"{status['source']}: " if status.get("source") else ""
-        found += [f"{where}{document['spec']['owner']}: {note}" for note in status.get("notes", [])]
+        found += [f"{where}{_named(document)}: {note}" for note in status.get("notes", [])]
     return found
+
+
+def _named(document: JSONObject) -> str:
+    """What a line is about: the TrainingJob a compiled Job comes from, else the Job itself."""
+    return str(document["spec"].get("owner") or f"Job/{document['metadata']['name']}")
 
 
 def as_json_output(documents: list[JSONObject]) -> Any:

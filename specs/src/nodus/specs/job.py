@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Iterator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
+from nodus.specs import topology
 from nodus.specs.base import Loc, Resource, SpecModel
 from nodus.specs.compute import Distributed, Launcher, Recovery, Resources
 from nodus.specs.types import USD, Duration, EnvVars, ImageRef, NameRef, image_is_pinned
@@ -68,6 +69,27 @@ class JobSpec(SpecModel):
             except ValueError as exc:
                 raise ValueError(f"cannot split the command: {exc}") from None
         return value
+
+    @model_validator(mode="after")
+    def _gang_has_a_shape(self) -> Self:
+        """A gang nodus could not give a shape (16 GPUs as 3 per node, 24 nodes of 1) is refused here, not at
+        launch: `nodus.specs.topology` is the one place the shape is decided."""
+        gang = self.distributed
+        if gang is None:
+            return self
+        gpu = self.resources.gpu if self.resources is not None else None
+        if gang.total_gpus is not None and gpu is None:
+            raise ValueError("distributed.totalGPUs needs resources.gpu: the GPU type the total counts")
+        try:
+            topology.resolve(
+                nodes=gang.nodes,
+                total_gpus=gang.total_gpus,
+                gpus_per_node=gang.gpus_per_node,
+                gpu_count=gpu.count if gpu is not None else 1,
+            )
+        except ValueError as exc:
+            raise ValueError(f"distributed: {exc}") from None
+        return self
 
 
 class Job(Resource):

@@ -52,6 +52,7 @@ from nodus.reconciler.pricing.prices import LOCAL_PRICE_VARIABLE, LaunchPrice, l
 from nodus.reconciler.project import Project
 from nodus.reconciler.references import runtime_key
 from nodus.reconciler.state.records import JSONObject, Launch, ResourceKey, ResourceRecord, StateStore, spec_hash
+from nodus.specs import topology
 from nodus.specs.status_names import Phase, Reason
 from nodus.specs.types import parse_duration
 
@@ -318,10 +319,12 @@ def resources_of(spec: JSONObject, launcher: str | None = None) -> Resources | N
     resources = resources if isinstance(resources, dict) else {}
     distributed = distributed if isinstance(distributed, dict) else {}
     gpu = resources.get("gpu")
+    # The one shape the estimate priced: `totalGPUs` resolved, `gpusPerNode` over `resources.gpu.count`.
+    shape = topology.of_spec(spec)
     wanted = None
     if isinstance(gpu, dict) and gpu.get("type"):
         types = gpu["type"] if isinstance(gpu["type"], list) else [gpu["type"]]
-        wanted = GpuResources(types=tuple(str(kind) for kind in types), count=int(gpu.get("count") or 1))
+        wanted = GpuResources(types=tuple(str(kind) for kind in types), count=shape.gpus_per_node)
     gang: dict[str, Any] = {}
     if distributed.get("startupTimeout") is not None:
         gang["startup_timeout_s"] = parse_duration(distributed["startupTimeout"]).total_seconds()
@@ -332,7 +335,7 @@ def resources_of(spec: JSONObject, launcher: str | None = None) -> Resources | N
         gang["max_restarts"] = int(recovery["maxAttempts"])
     return Resources(
         gpu=wanted,
-        nodes=int(distributed.get("nodes") or resources.get("nodes") or 1),
+        nodes=shape.nodes,
         launcher=str(spec.get("launcher") or launcher or "Plain"),
         **gang,
     )

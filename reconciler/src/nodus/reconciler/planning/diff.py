@@ -11,7 +11,8 @@ What a resource gets:
 - replace `-/+`: any other field changed (`forced_by` names the first one), or the stored one is being
   deleted;
 - delete `-`: in the store, not in the files, and `prune` asked for it; otherwise it is listed as
-  unmanaged and kept;
+  unmanaged and kept. Never a Job `nodus run` made (labelled `nodus.dev/created-by: nodus-run`): listed as kept,
+  whatever `prune` says (`made_by_run`, below, says why);
 - no-op: the normalised documents are the same.
 
 Order: the dependency waves of `WAVES` (a Secret before the TrainingJob that reads it), deletes after
@@ -178,6 +179,8 @@ class Plan:
     actions: tuple[Action, ...]
     unmanaged: tuple[ResourceKey, ...] = ()
     """In the store, not in the files, kept because prune was off."""
+    run_made: tuple[ResourceKey, ...] = ()
+    """Made by `nodus run`, in no file: kept whatever prune says (`made_by_run`)."""
     observed_serial: int = 0
     """The store's serial when planned: unchanged means the saved plan is certainly still valid."""
     prune: bool = False
@@ -220,6 +223,8 @@ class Plan:
             line = f"No changes: {counted['noop']} unchanged."
         if self.unmanaged:
             line += f" {len(self.unmanaged)} unmanaged kept (in the store, not in the files; --prune destroys them)."
+        if self.run_made:
+            line += f" {len(self.run_made)} made by nodus run kept (--prune leaves them; nodus delete removes them)."
         return line
 
     def to_dict(self) -> JSONObject:
@@ -234,6 +239,8 @@ class Plan:
             "counts": dict(self.counts()),
             "actions": [action.to_dict() for action in self.actions],
             "unmanaged": [_key_dict(key) for key in self.unmanaged],
+            # Only when there are any: the plan.json of a project nodus run never touched reads as before.
+            **({"runMade": [_key_dict(key) for key in self.run_made]} if self.run_made else {}),
         }
 
     def to_json(self) -> str:
@@ -263,16 +270,14 @@ def plan(
         return Plan((), observed_serial=observed_serial, refresh_only=True, observed_count=len(records))
     wanted = _by_key(desired)
     actions = [_action_for(item, records.get(key)) for key, item in wanted.items()]
-    gone = sorted(
-        key
-        for key, record in records.items()
-        if key not in wanted and not record.deleting and not created_by_sdk(record)
-    )
+    outside = [key for key, record in records.items() if key not in wanted and not record.deleting]
+    gone = sorted(key for key in outside if not created_by_sdk(records[key]) and not made_by_run(records[key]))
     if prune:
         actions += [_delete(records[key]) for key in gone]
     return Plan(
         tuple(_apply_order(actions)),
         unmanaged=() if prune else tuple(gone),
+        run_made=tuple(sorted(key for key in outside if made_by_run(records[key]))),
         observed_serial=observed_serial,
         prune=prune,
         observed_count=len(records),
@@ -290,6 +295,24 @@ def created_by_sdk(record: ResourceRecord) -> bool:
     return bool(labels.get(CREATED_BY) == SDK)
 
 
+NODUS_RUN = "nodus-run"
+"""The label value `nodus run` (`nodus.reconciler.run_job`) puts on the Job it makes."""
+
+
+def made_by_run(record: ResourceRecord) -> bool:
+    """Whether `nodus run` made this record, so no file declares it and `--prune` must not destroy it.
+
+    Why kept rather than shown as a destroy: a Terraform user's prune destroys what the configuration once made
+    and no longer has, never what was made beside it (`terraform import` is how outside things join), and
+    `kubectl apply --prune` deletes only objects that carry apply's own last-applied annotation, never those of
+    `kubectl run` or `kubectl create`. A run started from the command line is of that second sort: it was never
+    in the folder, so the folder leaving it out says nothing about it. Destroying it would also stop a paid job
+    mid-run and remove its logs and outputs. The plan names it instead ("N made by nodus run kept"), and
+    `nodus delete job/NAME` removes it."""
+    labels = (record.spec.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(CREATED_BY) == NODUS_RUN)
+
+
 def stale_reasons(saved: Plan, observed: Iterable[ResourceRecord]) -> list[str]:
     """Why a saved plan no longer applies exactly, one line per resource that moved; empty when it does.
 
@@ -305,8 +328,10 @@ def stale_reasons(saved: Plan, observed: Iterable[ResourceRecord]) -> list[str]:
     if saved.prune:
         planned = {action.key for action in saved.actions}
         for key in sorted(records):
-            if key not in planned and not records[key].deleting:
-                reasons.append(f"{key} was created since the plan")
+            record = records[key]
+            if key in planned or record.deleting or created_by_sdk(record) or made_by_run(record):
+                continue  # a pruning plan destroys neither, so one made since leaves the plan as it was
+            reasons.append(f"{key} was created since the plan")
     return reasons
 
 
@@ -507,9 +532,14 @@ class _PlanReader:
         unmanaged = tuple(
             self.key(item, f"unmanaged[{index}]") for index, item in enumerate(self.get(data, "unmanaged", list))
         )
+        run_made = tuple(
+            self.key(item, f"runMade[{index}]")
+            for index, item in enumerate(self.get(data, "runMade", list, optional=True) or [])
+        )
         return Plan(
             actions,
             unmanaged=unmanaged,
+            run_made=run_made,
             observed_serial=self.get(data, "observedSerial", int),
             prune=self.get(data, "prune", bool),
             refresh_only=self.get(data, "refreshOnly", bool),

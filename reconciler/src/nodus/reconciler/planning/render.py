@@ -68,6 +68,11 @@ def render_table(plan: Plan, costs: PlanCosts | None = None, *, stored_only: Map
             lines.append("")
         lines.append("Unmanaged, kept (in the store, not in the files):")
         lines += [f"    {key}" for key in plan.unmanaged]
+    if plan.run_made:
+        if lines:
+            lines.append("")
+        lines.append("Made by nodus run, kept (in no file; --prune leaves them, nodus delete removes them):")
+        lines += [f"    {key}" for key in plan.run_made]
     if lines:
         lines.append("")
     lines.append(plan.summary)

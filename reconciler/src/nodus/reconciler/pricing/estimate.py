@@ -1,8 +1,10 @@
-"""The estimator: what a TrainingJob will cost to completion, what is held before it starts, and when it starts.
+"""The estimator: what a TrainingJob (or a plain Job) will cost to completion, what is held before it starts, and
+when it starts.
 
-Who calls it: `nodus apply --dry-run` (`status.estimate`), `nodus plan` (each TrainingJob action's cost, through
-`nodus.reconciler.pricing.costs`) and the tests. It is pure: the job's and its runtime's documents, the merged
-parameters, the `Facts` about this host and a `PriceTable` in; an `Estimate` out. Nothing is read or written.
+Who calls it: `nodus apply --dry-run` and `nodus run --dry-run` (`status.estimate`), `nodus plan` (each
+TrainingJob action's cost, through `nodus.reconciler.pricing.costs`) and the tests. It is pure: the job's and its
+runtime's documents, the merged parameters, the `Facts` about this host and a `PriceTable` in; an `Estimate` out.
+Nothing is read or written.
 
 What it decides, as the seeds' "What the dry run decides" says:
 - resources: `spec.resources` when set, else the runtime's first preset whose `match` fits the model's size, the
@@ -22,6 +24,9 @@ What it decides, as the seeds' "What the dry run decides" says:
 - multi-node: every node is priced, and the assembly bound (the most a failed assembly can cost) is shown apart:
   the members' rates plus two replacement machines, times the startup timeout plus `TEARDOWN_SECONDS`, times
   the tries (`maxAssemblyRetries` + 1);
+- a plain Job (`estimate_plain_job`): its resources are its own, its gang's shape `nodus.specs.topology`'s (every
+  member priced), and its duration its `spec.timeout` (the most one attempt runs, so the cost is a ceiling): a
+  command has no measured time, so without a timeout there is no `costUSD`, only the first hold;
 - start time: now when the local host runs nothing else, else after the running jobs' estimated remaining time
   (a simplification: the local executor would run them side by side, sharing the CPUs);
 - anything without a price or a measured time is listed in `unpriced` with the reason, never counted as $0:
@@ -42,6 +47,7 @@ from nodus.reconciler.pricing.host_timing import HostTiming, host_timing, model_
 from nodus.reconciler.pricing.model_size import ModelSize, format_count, parse_count
 from nodus.reconciler.pricing.prices import PriceTable
 from nodus.reconciler.references import merge
+from nodus.specs import topology
 from nodus.specs.types import format_usd, parse_duration
 
 JSONObject = dict[str, Any]
@@ -107,8 +113,9 @@ class Estimate:
     """The whole run's rate: $/hour x GPUs per node x nodes."""
     resources: JSONObject | None
     preset: str | None
-    method: Method
-    quantization: str
+    method: Method | None
+    """None for a plain Job (no trainer, no method)."""
+    quantization: str | None
     basis: tuple[str, ...]
     unpriced: tuple[Unpriced, ...]
     prices: JSONObject
@@ -132,9 +139,10 @@ class Estimate:
             "perHourUSD": _usd(self.per_hour_usd),
             "resources": self.resources,
             "preset": self.preset,
-            "method": self.method,
-            "quantization": self.quantization,
         }
+        if self.method is not None:
+            out["method"] = self.method
+            out["quantization"] = self.quantization
         if self.model_parameters is not None:
             out["modelParameters"] = format_count(self.model_parameters)
         if self.nodes > 1:
@@ -201,10 +209,8 @@ class _Estimator:
         parameters = self.parameters
         if parameters is None:
             parameters = merge(self.runtime_spec.get("defaults") or {}, self.spec.get("parameters") or {})
-        method, quantization = method_of(parameters)
-        if self.runtime is None:
-            self.unpriced.append(Unpriced("runtime", f"TrainingRuntime {self.runtime_name} does not exist"))
-        resources, preset = self._resources(method, quantization)
+        method, quantization = self._method(parameters)
+        resources, preset = self._resources(method or "Full", quantization or "None")
         nodes = int((resources or {}).get("nodes") or 1)
         duration = self._duration(resources, parameters)
         per_hour = self._rate(resources, nodes) if resources is not None else None
@@ -242,6 +248,12 @@ class _Estimator:
             nodes=nodes,
             model_parameters=self.facts.model_size.parameters if self.facts.model_size else None,
         )
+
+    def _method(self, parameters: JSONObject) -> tuple[Method | None, str | None]:
+        """The training method the presets are matched on (and the runtime's absence said)."""
+        if self.runtime is None:
+            self.unpriced.append(Unpriced("runtime", f"TrainingRuntime {self.runtime_name} does not exist"))
+        return method_of(parameters)
 
     # --- resources -----------------------------------------------------------------------------------------
 
@@ -477,6 +489,45 @@ class _Estimator:
         wait = sum(seconds for seconds in remaining if seconds is not None)
         self.basis.append(f"start: after the running jobs {names} (about {_seconds(wait)} left)")
         return self.facts.now + timedelta(seconds=wait)
+
+
+def estimate_plain_job(job: JSONObject, facts: Facts, prices: PriceTable) -> Estimate:
+    """The estimate of `job`, a normalised Job document (no runtime, no parameters): see the module's docstring."""
+    return _JobEstimator(job, None, facts, prices, {}).run()
+
+
+@dataclass
+class _JobEstimator(_Estimator):
+    """A Job: the TrainingJob estimator's rate, hold, assembly bound and start, with the Job's own resources and
+    gang shape, and its timeout as the duration."""
+
+    def _method(self, parameters: JSONObject) -> tuple[Method | None, str | None]:
+        return None, None
+
+    def _resources(self, method: Method, quantization: str) -> tuple[JSONObject | None, str | None]:
+        shape = topology.of_spec(self.spec)
+        gpu = (self.spec.get("resources") or {}).get("gpu")
+        resources: JSONObject = {}
+        if gpu:
+            resources["gpu"] = {"type": list(gpu.get("type") or []), "count": shape.gpus_per_node}
+        resources["nodes"] = shape.nodes
+        if gpu:
+            asked = self.spec.get("distributed") or {}
+            how = f" (totalGPUs {asked['totalGPUs']})" if asked.get("totalGPUs") is not None else ""
+            self.basis.append(f"resources: spec.resources and spec.distributed: {shape.describe()}{how}")
+        else:
+            self.basis.append(f"resources: CPU only, on this host ({shape.nodes} node{'s' if shape.nodes > 1 else ''})")
+        return resources, None
+
+    def _duration(self, resources: JSONObject | None, parameters: JSONObject) -> float | None:
+        timeout = self.spec.get("timeout")
+        if timeout is None:
+            reason = "a Job's command has no measured time: set spec.timeout (nodus run --timeout) to bound the cost"
+            self.unpriced.append(Unpriced("duration", reason))
+            return None
+        seconds = parse_duration(timeout).total_seconds()
+        self.basis.append(f"duration: spec.timeout {timeout}, the most one attempt runs (the cost is a ceiling)")
+        return seconds
 
 
 def _fits(match: Mapping[str, Any], parameters: int | None, method: str, quantization: str) -> tuple[bool, bool]:

@@ -1,11 +1,11 @@
 """What the estimator needs to know beyond the documents, gathered from this host and the state store.
 
 Who calls it: `nodus plan` (through `nodus.reconciler.pricing.costs`) and `nodus apply --dry-run` (through
-`nodus.reconciler.dry_run`). One `Context` per command holds the time, the price table, the project and
-the store's records; `estimate_job` finds a job's runtime and Environment (the plan's documents first, then the
-store), gathers its `Facts` and runs the pure estimator. It only reads: model folders (imported, or in the local
-Hugging Face cache, for the parameter count), nodus.lock (split sizes) and the records it was given.
-"""
+`nodus.reconciler.dry_run`, which `nodus run --dry-run` shares). One `Context` per command holds the time, the price
+table, the project and the store's records; `estimate_job` finds a job's runtime and Environment (the plan's
+documents first, then the store), gathers its `Facts` and runs the pure estimator. It only reads: model folders
+(imported, or in the local Hugging Face cache, for the parameter count), nodus.lock (split sizes) and the records it
+was given."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from nodus.builder.lockfile import Lock
 from nodus.reconciler.model_cache import imported, model_folder, snapshot
 from nodus.reconciler.pricing import model_size
-from nodus.reconciler.pricing.estimate import Estimate, Facts, RunningJob, estimate_trainingjob
+from nodus.reconciler.pricing.estimate import Estimate, Facts, RunningJob, estimate_plain_job, estimate_trainingjob
 from nodus.reconciler.pricing.model_size import ModelSize
 from nodus.reconciler.pricing.prices import PriceTable
 from nodus.reconciler.project import Project
@@ -61,6 +61,13 @@ def estimate_job(
     runtime = document(runtime_key(job), context, documents)
     facts = facts_for(job, context, documents, key=key)
     return estimate_trainingjob(job, runtime, facts, context.prices, parameters)
+
+
+def estimate_job_run(job: JSONObject, context: Context, *, key: ResourceKey | None = None) -> Estimate:
+    """The estimate of a plain Job document (one `nodus run` compiled, or one of the files): its own resources
+    at the table's rates, started after what the local host runs now. `key`: the Job's own, left out of those."""
+    facts = Facts(now=context.now, running=tuple(running_jobs(context, exclude=key)))
+    return estimate_plain_job(job, facts, context.prices)
 
 
 def document(
