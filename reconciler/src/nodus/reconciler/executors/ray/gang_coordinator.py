@@ -39,10 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TextIO
 
+from nodus.errors import ConfigError
 from nodus.specs.status_names import Phase, Reason
 
 from ..workload import Workload
-from . import gang, gang_checkpoints, status_stream
+from . import gang, gang_checkpoints, launchers, status_stream
 from .gang_member import STOP_GRACE_S, GangMember
 from .placement import RAY_GPU, Placement
 
@@ -100,6 +101,10 @@ class GangCoordinator:
     def run(self) -> int:
         import ray
 
+        try:
+            launchers.check(self.workload)
+        except ConfigError as exc:
+            return self._final(Phase.FAILED, Reason.LAUNCH_FAILED, exc.message)
         ray.init(address="auto", namespace=gang.NAMESPACE, log_to_driver=False, logging_level=logging.ERROR)
         self.checkpoints.mkdir(parents=True, exist_ok=True)
         first_loss: str | None = None
@@ -255,7 +260,8 @@ class GangCoordinator:
             env = gang.rank_env(
                 self.workload, member.rank, ips, epoch=epoch, checkpoint_uri=checkpoint_uri, restore_uri=restore_uri
             )
-            runs[member.actor.run.remote(list(self.workload.command), {**self.workload.env, **env}, self.cwd)] = member
+            command = launchers.member_command(self.workload, member.rank, env)
+            runs[member.actor.run.remote(command, {**self.workload.env, **env}, self.cwd)] = member
         end: EpochEnd | None = None
         alive = list(members)
         while runs and end is None and not self.stopping.is_set():
