@@ -1,6 +1,7 @@
 """Gangs on a real Ray cluster (the `ray_cluster` fixture: a head with no CPUs, two workers with one CPU each):
 a 2-node Plain Job prints every rank's variables, and a 3-node gang fails with GangAssemblyTimeout, holding no
-placement group after. Driven through the RayExecutor (the Job controller does not pass `distributed` yet)."""
+placement group after (after its retries); a gang is billed for every member, suspended at its cap with every member
+released, and resumed from its cost so far. Driven through the RayExecutor."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import sys
 import time
 import urllib.request
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ import pytest
 
 from nodus.reconciler.executors.ray import RayExecutor
 from nodus.reconciler.executors.ray.jobs_client import RayJobsClient
-from nodus.reconciler.executors.workload import Resources, Workload, WorkloadKey
+from nodus.reconciler.executors.workload import Intervals, Resources, Workload, WorkloadKey
 from nodus.specs.status_names import Phase, Reason
 from nodus.testing.ray_cluster import RayTestCluster
 
@@ -26,11 +28,11 @@ PRINT_RANK = (
 )
 
 
-def gang(name: str, nodes: int, timeout_s: float) -> Workload:
+def gang(name: str, nodes: int, timeout_s: float, retries: int = 2) -> Workload:
     return Workload(
         key=WorkloadKey(project="default", name=name, kind="Job"),
         command=(sys.executable, "-c", PRINT_RANK),
-        resources=Resources(nodes=nodes, startupTimeoutS=timeout_s),
+        resources=Resources(nodes=nodes, startupTimeoutS=timeout_s, maxAssemblyRetries=retries),
     )
 
 
@@ -65,9 +67,56 @@ def test_a_two_node_gang_runs_every_rank_and_a_three_node_one_times_out(
         ], logs
         assert len({line.split()[-1] for line in lines}) == 1  # one MASTER_ADDR for both
 
-        executor.launch(gang("trio", 3, 20))
+        executor.launch(gang("trio", 3, 15, retries=1))
         phase, reason, logs = wait_ended(executor, "trio")
         assert (phase, reason) == (Phase.FAILED, Reason.GANG_ASSEMBLY_TIMEOUT), logs
-        assert "startupTimeout 20s" in executor.observe("default", "trio").message
+        message = executor.observe("default", "trio").message or ""
+        assert "startupTimeout 15s" in message and "(try 2 of 2); every member released" in message, message
+        assert logs.count("[gang] assembly failed: ") == 2, logs
         held = [group for group in placement_groups(ray_cluster) if group.get("state") != "REMOVED"]
         assert held == []
+
+
+SLEEPER = "import time; print('up', flush=True); time.sleep(600)"
+
+
+def test_a_gang_is_billed_for_every_member_suspended_at_its_cap_and_resumed_with_its_cost(
+    ray_cluster: RayTestCluster, tmp_path: Path
+) -> None:
+    with ray_cluster.inside():
+        executor = RayExecutor(RayJobsClient(ray_cluster.dashboard_url, ray_cluster.token), tmp_path)
+        # $36 an hour a node, two nodes: $0.02 a second; accounted every second, capped at $0.40.
+        executor.launch(
+            Workload(
+                key=WorkloadKey(project="default", name="meter", kind="Job"),
+                command=(sys.executable, "-c", SLEEPER),
+                resources=Resources(nodes=2, startupTimeoutS=60),
+                pricePerHourUSD="36",
+                maxCostUSD="0.40",
+                intervals=Intervals(accountingS=1),
+            )
+        )
+        deadline = time.monotonic() + 120
+        running: list[Any] = []
+        while not (seen := executor.observe("default", "meter")).ended and seen.phase != Phase.SUSPENDED:
+            assert time.monotonic() < deadline, f"still {seen.phase}: {seen.message}"
+            if seen.phase == Phase.RUNNING:
+                running.append(seen)
+            time.sleep(0.5)
+        assert (seen.phase, seen.reason) == (Phase.SUSPENDED, Reason.MAX_COST_REACHED), seen.message
+        assert Decimal("0.38") <= Decimal(seen.cost_usd or "0") <= Decimal("0.40"), seen.cost_usd
+        assert running and running[-1].raw["topology"] == {"nodes": 2, "gpusPerNode": 0, "totalGPUs": 0}
+        assert len(running[-1].raw["gang"]["members"]) == 2
+        held = [group for group in placement_groups(ray_cluster) if group.get("state") != "REMOVED"]
+        assert held == []
+
+        executor.resume("default", "meter", "0.60")
+        deadline = time.monotonic() + 120
+        while (again := executor.observe("default", "meter")).phase != Phase.SUSPENDED or again.raw.get(
+            "raySubmissionId"
+        ) == seen.raw.get("raySubmissionId"):
+            assert not again.ended and time.monotonic() < deadline, f"{again.phase}: {again.message}"
+            time.sleep(0.5)
+        assert again.reason == Reason.MAX_COST_REACHED, again.message
+        # The resumed run started from the first one's cost, so it stopped at the raised cap, not at $0.20 more.
+        assert Decimal("0.58") <= Decimal(again.cost_usd or "0") <= Decimal("0.60"), again.cost_usd

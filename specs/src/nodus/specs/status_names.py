@@ -116,6 +116,8 @@ class Reason(StrEnum):
     UNSCHEDULABLE = "Unschedulable"
     """Pending: no alive node of the Ray cluster fits the job's resources; the message lists each offer tried
     (tried again at the next reconcile)."""
+    GANG_ASSEMBLING = "GangAssembling"
+    """Pending (or Running, between epochs): a gang's members are being placed, started and network-checked."""
     GANG_ASSEMBLY_TIMEOUT = "GangAssemblyTimeout"
     """Failed: the members of a gang were not all placed within `distributed.startupTimeout`; every member was
     released (the Ray executor removes the gang's placement group), each of its `maxAssemblyRetries` tries too."""

@@ -408,6 +408,10 @@ def job_status(jobs: Executor, record: ResourceRecord) -> JSONObject:
             status[field] = raw[field]
     if seen.cost_usd is not None:
         status["cost"] = {"totalUSD": seen.cost_usd, "limitUSD": record.spec["spec"].get("maxCostUSD")}
+    if isinstance(raw.get("topology"), dict):  # a gang's shape: written once, the same across restarts
+        status["topology"] = record.status.get("topology") or raw["topology"]
+    if isinstance(raw.get("gang"), dict):  # its epoch, restarts and where each rank runs now
+        status["gang"] = raw["gang"]
     if status["phase"] == Phase.SUCCEEDED:
         # Every file the trainer wrote under its outputs is an output, named by its path (the seeds'
         # `-o jsonpath='{.status.outputs[*].name}'`), with the size and sha256 `nodus cp` checks it against.

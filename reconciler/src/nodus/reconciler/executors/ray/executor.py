@@ -150,7 +150,7 @@ class RayExecutor:
                 )
             self._submit(workload, wanted, node_session.LAUNCH)
 
-    def _submit(self, workload: Workload, key: RunKey, mode: str) -> None:
+    def _submit(self, workload: Workload, key: RunKey, mode: str, cost_so_far: Decimal | None = None) -> None:
         project, name = workload.project, workload.name
         identifier = submission_id(self.owner, project, name, key)
         if self.jobs.info(identifier) is not None:
@@ -160,10 +160,12 @@ class RayExecutor:
         if isinstance(placement, Unschedulable):
             self._hold(workload, key, placement)
             return
-        self.jobs.submit(self._submission(workload, identifier, placement, mode))
+        self.jobs.submit(self._submission(workload, identifier, placement, mode, cost_so_far))
         self._drop_held(project, name, key)
 
-    def _submission(self, workload: Workload, identifier: str, placement: Placement, mode: str) -> Submission:
+    def _submission(
+        self, workload: Workload, identifier: str, placement: Placement, mode: str, cost_so_far: Decimal | None
+    ) -> Submission:
         env = {node_session.WORKLOAD_VARIABLE: workload.to_json(), node_session.RUN_VARIABLE: mode}
         if self.node_jobs is not None:
             env[node_session.JOBS_VARIABLE] = self.node_jobs
@@ -173,6 +175,8 @@ class RayExecutor:
             # The coordinator reserves nothing (Ray runs it on the head); its members reserve the placement.
             env[gang.SUBMISSION_VARIABLE] = identifier
             env[gang.PLACEMENT_VARIABLE] = gang.placement_to_json(placement)
+            if cost_so_far is not None:  # a gang keeps no folder on a node: its cost so far travels with the run
+                env[gang.COST_VARIABLE] = str(cost_so_far)
             placement = Placement(num_cpus=0.0)
         return Submission(
             submission_id=identifier,
@@ -282,7 +286,7 @@ class RayExecutor:
             runs = self._runs(project, name)
             if runs and (runs[-1].key.generation, runs[-1].key.attempt) == (workload.generation, workload.attempt):
                 key = RunKey(workload.generation, workload.attempt, runs[-1].key.run + 1)
-                self._submit(workload, key, node_session.RESUME)
+                self._submit(workload, key, node_session.RESUME, cost)
             else:  # held back and suspended before it ever ran
                 self._submit(workload, RunKey(workload.generation, workload.attempt), node_session.LAUNCH)
 

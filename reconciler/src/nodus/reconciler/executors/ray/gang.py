@@ -27,7 +27,9 @@ TRANSPORT: Final = "private"
 """NODUS_GANG_TRANSPORT on a Ray cluster: its nodes reach each other on the cluster's own network, never relayed."""
 SUBMISSION_VARIABLE: Final = "NODUS_SUBMISSION_ID"
 PLACEMENT_VARIABLE: Final = "NODUS_GANG_PLACEMENT"
-"""The coordinator's environment: its run's submission id, and each member's placement (JSON)."""
+COST_VARIABLE: Final = "NODUS_GANG_COST_SO_FAR"
+"""The coordinator's environment: its run's submission id, each member's placement (JSON), and for a resumed run
+what the earlier runs cost (US dollars)."""
 
 
 def is_gang(workload: Workload) -> bool:

@@ -36,12 +36,15 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, TextIO
 
 from nodus.errors import ConfigError
 from nodus.specs.status_names import Phase, Reason
+from nodus.specs.topology import Topology
 
+from ...session.cost import CostMeter, usd
 from ..workload import Workload
 from . import gang, gang_checkpoints, launchers, status_stream
 from .gang_member import STOP_GRACE_S, GangMember
@@ -78,7 +81,14 @@ class GangCoordinator:
     """One run of a gang, from assembly to the final marker, written onto `out`."""
 
     def __init__(
-        self, workload: Workload, submission_id: str, placement: Placement, out: TextIO, cwd: str | None, jobs: Path
+        self,
+        workload: Workload,
+        submission_id: str,
+        placement: Placement,
+        out: TextIO,
+        cwd: str | None,
+        jobs: Path,
+        base_cost: Decimal = Decimal(0),
     ) -> None:
         self.workload = workload
         self.submission_id = submission_id
@@ -90,6 +100,18 @@ class GangCoordinator:
         self.tries = 1 + (resources.max_assembly_retries if resources is not None else 2)
         self.max_restarts = resources.max_restarts if resources is not None else 3
         self.checkpoints = gang_checkpoints.folder(jobs, workload.project, workload.name)
+        nodes = len(self.wanted)
+        self.topology = Topology(nodes=nodes, gpus_per_node=gang.gpus_per_node(workload))
+        # Every member is billed at the host's price from the first request for the gang until it is released,
+        # waiting for the others included (the seeds' "Cost" of a gang), on top of what earlier runs cost.
+        self.meter = CostMeter(
+            base=base_cost,
+            price_per_hour=workload.price_per_hour * nodes,
+            max_cost_usd=workload.max_cost_usd,
+            accounting_interval_s=workload.intervals.accounting_s,
+        )
+        self._accounted = 0.0
+        self._gang: dict[str, Any] = {"epoch": 0, "restarts": 0, "members": []}
         self.stopping = threading.Event()
         self._group: Any = None
         self._group_tries = 0
@@ -107,6 +129,7 @@ class GangCoordinator:
             return self._final(Phase.FAILED, Reason.LAUNCH_FAILED, exc.message)
         ray.init(address="auto", namespace=gang.NAMESPACE, log_to_driver=False, logging_level=logging.ERROR)
         self.checkpoints.mkdir(parents=True, exist_ok=True)
+        self.meter.started()
         first_loss: str | None = None
         epoch = 1
         try:
@@ -114,11 +137,13 @@ class GangCoordinator:
                 members = self._assemble(epoch)
                 if members is None:
                     if self.stopping.is_set():
-                        return 1
+                        return self._stopped()
                     return self._final(Phase.FAILED, Reason.GANG_ASSEMBLY_TIMEOUT, self._assembly_failure)
                 end = self._epoch(members, epoch)
                 if self.stopping.is_set():
-                    return 1  # a stop completes: no restart, no final marker (the executor asked for it)
+                    return self._stopped()
+                if end.phase == Phase.SUSPENDED:
+                    return self._final(Phase.SUSPENDED, Reason.MAX_COST_REACHED, end.message)
                 if not end.lost:
                     reason = Reason.TRAINER_SUCCEEDED if end.phase == Phase.SUCCEEDED else Reason.TRAINER_FAILED
                     return self._final(end.phase, reason, end.message)
@@ -130,9 +155,17 @@ class GangCoordinator:
                 self._say(
                     f"epoch {epoch} stopped on every rank: {end.message}; restarting the gang at epoch {epoch + 1}"
                 )
+                self._gang["restarts"] = epoch
                 epoch += 1
         finally:
             self._remove_group()
+
+    def _stopped(self) -> int:
+        """A stop (suspend or cancel) completes: no restart and no final marker (the executor asked for it and
+        records how it ended), but the cost so far, which a resumed run starts from."""
+        self.meter.ended()
+        self._status(Phase.RUNNING, None, "stopping: every member stopped")
+        return 1
 
     # --- assembly -------------------------------------------------------------------------------------------
 
@@ -143,6 +176,11 @@ class GangCoordinator:
         for attempt in range(1, self.tries + 1):
             if self.stopping.is_set():
                 return None
+            self._status(
+                Phase.PENDING if epoch == 1 else Phase.RUNNING,
+                Reason.GANG_ASSEMBLING,
+                f"assembling {len(self.wanted)} nodes for epoch {epoch} (try {attempt} of {self.tries})",
+            )
             group = self._placement_group()
             members: list[Member] = []
             failure = self._bring_up(group, members)
@@ -152,6 +190,8 @@ class GangCoordinator:
                     + ", ".join(f"rank {m.rank} on node {m.node[:12]} ({m.ip})" for m in members)
                     + "; network check passed"
                 )
+                self._gang.update(epoch=epoch, members=[{"rank": m.rank, "node": m.node, "ip": m.ip} for m in members])
+                self._status(Phase.RUNNING, None, f"epoch {epoch}: {len(members)} ranks running")
                 return members
             self._kill(members)
             self._remove_group()
@@ -265,6 +305,10 @@ class GangCoordinator:
         end: EpochEnd | None = None
         alive = list(members)
         while runs and end is None and not self.stopping.is_set():
+            capped = self._account()
+            if capped is not None:
+                end = EpochEnd(Phase.SUSPENDED, None, capped)
+                break
             ready, _ = ray.wait(list(runs), num_returns=1, timeout=POLL_S)
             for member in list(alive):
                 lost = self._drain(member, epoch)
@@ -356,8 +400,34 @@ class GangCoordinator:
     def _say(self, text: str) -> None:
         self._write(status_stream.escape(f"[gang] {text}") + "\n")
 
+    def _account(self) -> str | None:
+        """Every accounting interval: the cost so far as a status marker; why the gang must stop for its cap (one
+        more interval would pass it), else None."""
+        now = time.monotonic()
+        if now - self._accounted < self.meter.accounting_interval_s:
+            return None
+        self._accounted = now
+        self._status(Phase.RUNNING, None, f"epoch {self._gang['epoch']}: {len(self.wanted)} ranks running")
+        return self.meter.over_cap(self.meter.total())
+
+    def _report(self, phase: str, reason: str | None, message: str) -> dict[str, Any]:
+        report: dict[str, Any] = {"phase": phase, "message": message}
+        if reason is not None:
+            report["reason"] = reason
+        report.update(
+            topology=self.topology.to_dict(),
+            gang=dict(self._gang),
+            costUSD=usd(self.meter.total()),
+            maxCostUSD=self.meter.max_cost_usd,
+        )
+        return report
+
+    def _status(self, phase: str, reason: str | None, message: str) -> None:
+        self._write(status_stream.marker("status", self._report(phase, reason, message)))
+
     def _final(self, phase: str, reason: str, message: str) -> int:
-        self._write(status_stream.marker("final", {"phase": phase, "reason": reason, "message": message}))
+        self.meter.ended()
+        self._write(status_stream.marker("final", self._report(phase, reason, message)))
         return 0 if phase == Phase.SUCCEEDED else 1
 
     def _write(self, text: str) -> None:
@@ -374,9 +444,16 @@ def _first_line(exc: BaseException) -> str:
 
 
 def run_gang(
-    workload: Workload, submission_id: str, placement: Placement, out: TextIO, cwd: str | None, jobs: Path
+    workload: Workload,
+    submission_id: str,
+    placement: Placement,
+    out: TextIO,
+    cwd: str | None,
+    jobs: Path,
+    base_cost: Decimal = Decimal(0),
 ) -> int:
-    """Run the gang to its end (node_session's entrypoint for a workload of several nodes); the exit status."""
-    coordinator = GangCoordinator(workload, submission_id, placement, out, cwd, jobs)
+    """Run the gang to its end (node_session's entrypoint for a workload of several nodes); the exit status.
+    `base_cost`: what the run's earlier sessions cost (a resumed run's)."""
+    coordinator = GangCoordinator(workload, submission_id, placement, out, cwd, jobs, base_cost)
     signal.signal(signal.SIGTERM, lambda number, frame: coordinator.stopping.set())
     return coordinator.run()

@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import MutableMapping
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, TextIO
 
@@ -196,7 +197,8 @@ def main(environ: MutableMapping[str, str] | None = None, out: TextIO | None = N
     if gang.is_gang(workload):  # the gang's coordinator: its members run the command (gang_coordinator.py)
         placement = gang.placement_from_json(environ[gang.PLACEMENT_VARIABLE])
         cwd = environ.get(PROJECT_VARIABLE)
-        return run_gang(workload, environ[gang.SUBMISSION_VARIABLE], placement, out, cwd, jobs_root)
+        base = Decimal(environ.get(gang.COST_VARIABLE) or "0")
+        return run_gang(workload, environ[gang.SUBMISSION_VARIABLE], placement, out, cwd, jobs_root, base)
     project = None
     if environ.get(PROJECT_VARIABLE):
         project = Project.find(Path(environ[PROJECT_VARIABLE]))
