@@ -4,9 +4,9 @@ Who calls it: `executors/choose.py`, for `executor: ray`. Ray itself is imported
 (`jobs_client.RayJobsClient`), so a project on the local executor never needs the extra.
 
 Where the settings come from: `executor.ray.address` (else RAY_ADDRESS, as Ray's own CLI reads it) and the token
-from RAY_AUTH_TOKEN. `executor.ray.tokenSecret` (a Secret holding the token) is accepted by nodus.yaml, but
-reading a Secret's value here is not done yet: naming one fails with a line that says so, rather than falling back
-to another token.
+from RAY_AUTH_TOKEN, or from the project's Secret that `executor.ray.tokenSecret` names (its RAY_AUTH_TOKEN key, or
+its only key; read where the Secret says, `nodus.reconciler.secret_values`). A named Secret that cannot be read is
+an error naming it and the key, never a fall back to RAY_AUTH_TOKEN.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from nodus.errors import ConfigError
 from nodus.specs.settings import SETTINGS_FILE
 
 from ...project import Project
+from ...secret_values import stored_secret, value
 from .executor import RayExecutor
 from .jobs_client import RayJobsClient
 from .node_session import JOBS_VARIABLE
@@ -27,6 +28,13 @@ ADDRESS_VARIABLE: Final = "RAY_ADDRESS"
 TOKEN_VARIABLE: Final = "RAY_AUTH_TOKEN"
 NODE_JOBS_FOLDER: Final = "ray-node-jobs"
 """Beside the project's own jobs folder: where the nodes' sessions keep their job folders on a shared filesystem."""
+
+
+def secret_token(project: Project, name: str, where: str) -> str:
+    """The cluster's token from the project's Secret `name`: its RAY_AUTH_TOKEN key, or its only key."""
+    spec = stored_secret(project, name, where)
+    key = TOKEN_VARIABLE if TOKEN_VARIABLE in spec.keys or len(spec.keys) != 1 else spec.keys[0]
+    return value(spec, name, key, base=project.root, where=where)
 
 
 def ray_executor(jobs_root: Path, project: Project | None) -> RayExecutor:
@@ -41,12 +49,10 @@ def ray_executor(jobs_root: Path, project: Project | None) -> RayExecutor:
         )
     if not address.startswith(("http://", "https://")):
         raise ConfigError(f"{where}: executor.ray.address must be the dashboard's http(s)://HOST:PORT, got {address!r}")
-    if settings is not None and settings.token_secret is not None:
-        raise ConfigError(
-            f"{where}: executor.ray.tokenSecret: reading the token from Secret {settings.token_secret} is not done yet",
-            hint=f"remove tokenSecret and set {TOKEN_VARIABLE}",
-        )
-    token = os.environ.get(TOKEN_VARIABLE)
+    if project is not None and settings is not None and settings.token_secret is not None:
+        token: str | None = secret_token(project, settings.token_secret, f"{where}: executor.ray.tokenSecret")
+    else:
+        token = os.environ.get(TOKEN_VARIABLE)
     if not token:
         raise ConfigError(
             f"{where}: executor.ray: no token for the Ray cluster ({TOKEN_VARIABLE} is not set)",
