@@ -6,6 +6,7 @@ and the one-line failures of the node program."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 
 import pytest
@@ -62,7 +63,7 @@ def test_rank_0_heads_the_inner_cluster_on_master_addr_at_ports_derived_from_mas
     assert (layout.head_address, layout.nodes, layout.gpus) == ("10.0.0.1:29501", 3, 8)
     argv = ray_launcher.node_argv("/venv/bin/ray", layout, "1", "/tmp/nodus-rayl-x")
     assert argv[:6] == ["/venv/bin/ray", "start", "--head", "--port", "29501", "--ray-client-server-port"]
-    flags = dict(zip(argv[2::1], argv[3::1], strict=False))
+    flags = dict(itertools.pairwise(argv))  # each flag with the word after it
     assert flags["--ray-client-server-port"] == "29502"
     assert flags["--include-dashboard"] == "false"
     assert (flags["--node-ip-address"], flags["--num-gpus"], flags["--num-cpus"]) == ("10.0.0.1", "8", "1")
@@ -75,7 +76,7 @@ def test_rank_0_heads_the_inner_cluster_on_master_addr_at_ports_derived_from_mas
 def test_a_rank_above_0_joins_rank_0s_inner_head_at_its_own_address_and_ports() -> None:
     layout = ray_launcher.layout_of(rank_env("Ray", 2, gpus=4))
     argv = ray_launcher.node_argv("ray", layout, "1", "/tmp/t")
-    flags = dict(zip(argv, argv[1:], strict=False))
+    flags = dict(itertools.pairwise(argv))
     assert argv[:4] == ["ray", "start", "--address", "10.0.0.1:29501"]
     assert "--head" not in argv and "--include-dashboard" not in argv
     assert (flags["--node-ip-address"], flags["--num-gpus"]) == ("10.0.0.3", "4")

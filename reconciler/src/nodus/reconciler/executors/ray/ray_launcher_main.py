@@ -143,7 +143,9 @@ def wait_for_nodes(layout: Layout, node: InnerNode, deadline: float, timeout_s: 
     """Until `layout.nodes` nodes are alive in the inner cluster (asked of its GCS, as a short-lived driver)."""
     import ray
 
+    ours = signal.getsignal(signal.SIGTERM)
     ray.init(address=layout.head_address, log_to_driver=False, logging_level=logging.ERROR)
+    signal.signal(signal.SIGTERM, ours)  # ray.init put in its own (exit at once): ours unwinds through the cleanup
     try:
         while True:
             listed: list[dict[str, object]] = ray.nodes()  # type: ignore[no-untyped-call]
@@ -163,6 +165,7 @@ def wait_for_nodes(layout: Layout, node: InnerNode, deadline: float, timeout_s: 
             time.sleep(POLL_S)
     finally:
         ray.shutdown()
+        signal.signal(signal.SIGTERM, ours)
 
 
 def run_command(command: Sequence[str], env: Mapping[str, str]) -> int:
