@@ -2,23 +2,25 @@
 
 Who uses it: `gang_coordinator.py`, once per rank and epoch. `Plain` and `Torchrun` run the Job's command as it is on
 every rank (torchrun reads its rendezvous from the PET_* variables `gang.rank_env` sets). A launcher that wraps the
-command (a Ray cluster for the command, verl on it) is a module of its own registered in `WRAPPERS`.
+command is a module of its own registered in `WRAPPERS`: `Ray` and `Verl` (`ray_launcher.py`: a Ray cluster of the
+gang's own, the command on rank 0 with `RAY_ADDRESS`, and for verl `NODUS_VERL_OVERRIDES`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Final
 
 from nodus.errors import ConfigError
 
 from ..workload import Workload
+from . import ray_launcher
 
-Wrapper = Callable[[Sequence[str], int, Mapping[str, str]], list[str]]
-"""(the Job's command, the rank, the rank's variables) -> what that rank runs."""
+Wrapper = Callable[[Workload, int, Mapping[str, str]], list[str]]
+"""(the workload, the rank, the rank's variables) -> what that rank runs."""
 
 AS_WRITTEN: Final = frozenset({"Plain", "Torchrun"})
-WRAPPERS: dict[str, Wrapper] = {}
+WRAPPERS: Final[dict[str, Wrapper]] = {"Ray": ray_launcher.ray_member, "Verl": ray_launcher.verl_member}
 
 
 def check(workload: Workload) -> None:
@@ -35,7 +37,7 @@ def member_command(workload: Workload, rank: int, env: Mapping[str, str]) -> lis
     launcher = launcher_of(workload)
     if launcher in AS_WRITTEN:
         return list(workload.command)
-    return WRAPPERS[launcher](workload.command, rank, env)
+    return WRAPPERS[launcher](workload, rank, env)
 
 
 def launcher_of(workload: Workload) -> str:
