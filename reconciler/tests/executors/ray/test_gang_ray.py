@@ -120,3 +120,46 @@ def test_a_gang_is_billed_for_every_member_suspended_at_its_cap_and_resumed_with
         assert again.reason == Reason.MAX_COST_REACHED, again.message
         # The resumed run started from the first one's cost, so it stopped at the raised cap, not at $0.20 more.
         assert Decimal("0.58") <= Decimal(again.cost_usd or "0") <= Decimal("0.60"), again.cost_usd
+
+
+def test_a_cancelled_gang_stops_every_rank_and_holds_nothing(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
+    marker = f"nodus-gang-cancel-{time.time_ns()}"  # in the ranks' command line, to find their processes
+    with ray_cluster.inside():
+        executor = RayExecutor(RayJobsClient(ray_cluster.dashboard_url, ray_cluster.token), tmp_path)
+        executor.launch(
+            Workload(
+                key=WorkloadKey(project="default", name="halt", kind="Job"),
+                command=(sys.executable, "-c", SLEEPER, marker),
+                resources=Resources(nodes=2, startupTimeoutS=60),
+            )
+        )
+        deadline = time.monotonic() + 120
+        # Both ranks up here, and seen Running through the Ray job's log (which comes a little later).
+        while len(ranks_running(marker)) < 2 or executor.observe("default", "halt").phase != Phase.RUNNING:
+            assert time.monotonic() < deadline, executor.observe("default", "halt").message
+            time.sleep(0.5)
+        executor.cancel("default", "halt")
+        deadline = time.monotonic() + 90
+        while not (seen := executor.observe("default", "halt")).ended:
+            assert time.monotonic() < deadline, f"still {seen.phase}"
+            time.sleep(0.5)
+        assert (seen.phase, seen.reason) == (Phase.CANCELLED, Reason.CANCEL_REQUESTED)
+        deadline = time.monotonic() + 30
+        while ranks_running(marker):  # the ranks' process trees end with the stop, not later
+            assert time.monotonic() < deadline, ranks_running(marker)
+            time.sleep(0.5)
+        held = [group for group in placement_groups(ray_cluster) if group.get("state") != "REMOVED"]
+        assert held == []
+
+
+def ranks_running(marker: str) -> list[int]:
+    """The pids of this host's processes whose command line holds `marker`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
