@@ -370,6 +370,9 @@ def test_state_suspended_pauses_and_running_resumes_and_get_watch_follows(projec
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # Ctrl-C as a terminal sends it: a run started in the background (CI under `&`, xdist's workers) ignores
+        # SIGINT, and a child inherits that; the watcher must see the default, as in a shell.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert nodus("wait", "tj/echo-run", "--for=jsonpath={.status.stage}=Training", "--timeout", "1m")[0] == 0
@@ -384,7 +387,11 @@ def test_state_suspended_pauses_and_running_resumes_and_get_watch_follows(projec
         time.sleep(3)  # one more watch interval, so the watcher sees the end
     finally:
         watcher.send_signal(signal.SIGINT)
-        seen, _ = watcher.communicate(timeout=30)
+        try:
+            seen, _ = watcher.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            watcher.kill()  # never left behind: the assertion below says why it would not stop
+            seen = watcher.communicate()[0] + "\n(the watcher did not stop on SIGINT)"
     steps = project / ".nodus" / "jobs" / "default" / "echo-run" / "state" / "steps.jsonl"
     ran = [json.loads(line)["step"] for line in steps.read_text().splitlines()]
     assert sorted(set(ran)) == list(range(60)) and len(ran) <= 61  # resumed from the checkpoint
