@@ -241,18 +241,23 @@ def test_a_hub_verifiers_package_trains_and_is_compared(applied: Applied) -> Non
     for line in lines:  # the reversed word is the answer: it is in no prompt and no metadata
         word = str(line["prompt"][-1]["content"]).removeprefix("Word: ")
         assert word[::-1] not in json.dumps(line["metadata"]) and word[::-1] not in json.dumps(line["prompt"]), line
-    # The tiny model writes its warm-up's <answer> tag but, behind this package's system prompt and `Word: `
-    # line, reverses none of the held-out words right: NonePassed. The package's own rubric scored the replies
-    # in its image: a wrong word inside the tag earns the tag's weight, 0.2, and is Incorrect (not
-    # InvalidOutput), which only the verifiers rubric with its XMLParser can have given.
+    # Behind this package's system prompt and `Word: ` line the tiny model reverses none of the held-out words
+    # right: NonePassed. The package's own rubric scored the replies in its image, with its XMLParser: a wrong word
+    # inside the <answer> tag earns the tag's weight, 0.2, and is Incorrect; a reply without the tag is
+    # InvalidOutput with the parser's "no parsable answer". Which of the two the tiny model writes depends on its
+    # warm-up on this machine (measured: both happen), so either may be all of them; nothing else may appear.
+    # (tests/test_verifiers.py grades fixed replies through the same adapter for each verdict.)
     assert comparison == {**comparison, "comparable": False, "reason": "NonePassed"}, comparison
-    held_out = [
-        (record["verdict"], record["reward"])
+    records = [
+        record
         for line in (job_dir(applied.root, HUB.job) / "logs" / "gradings.jsonl").read_text().splitlines()
         if (record := json.loads(line)).get("phase") in ("Baseline", "Evaluation")
     ]
-    assert len(held_out) == 2 * HUB.held_out and ("Incorrect", 0.2) in held_out, held_out
+    held_out = [(record["verdict"], record["reward"]) for record in records]
+    assert len(held_out) == 2 * HUB.held_out, held_out
     assert set(held_out) <= {("Incorrect", 0.2), ("InvalidOutput", 0.0)}, held_out
+    unparsed = [record["evidence"]["sandbox"].get("message") for record in records if record["verdict"] != "Incorrect"]
+    assert set(unparsed) <= {"no parsable answer"}, unparsed
 
 
 def test_an_openenv_environment_trains_turn_by_turn_and_is_compared(applied: Applied) -> None:
