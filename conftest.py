@@ -78,8 +78,19 @@ def tiny_model(warmed_model: WarmedModel) -> tuple[str, str]:
     return warmed_model(Path(__file__).parent / "examples" / "quickstart" / "reverse_words.py", "quickstart")
 
 
+@pytest.fixture
+def ray_cluster(shared_ray_cluster: Any) -> Iterator[Any]:
+    """The run's Ray cluster (`shared_ray_cluster`), held by this test alone while it runs: a gang takes every
+    worker, so two tests on it at once (xdist's workers) would wait for each other's nodes. A file lock beside the
+    cluster's record serialises them; the cluster itself is started once."""
+    from nodus.builder.store import file_lock
+
+    with file_lock(shared_ray_cluster.folder / ".in-use.lock"):
+        yield shared_ray_cluster
+
+
 @pytest.fixture(scope="session")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def shared_ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One real Ray cluster per test run (`nodus.testing.ray_cluster.RayTestCluster`): a head and two workers of
     made-up GPU types in a network namespace of their own, with token auth, stopped by pid; shared by xdist workers
     under a file lock beside the session's temporary folders. For the tests marked `ray`; it skips where Ray is not

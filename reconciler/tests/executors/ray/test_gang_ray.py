@@ -104,7 +104,9 @@ def test_a_gang_is_billed_for_every_member_suspended_at_its_cap_and_resumed_with
                 running.append(seen)
             time.sleep(0.5)
         assert (seen.phase, seen.reason) == (Phase.SUSPENDED, Reason.MAX_COST_REACHED), seen.message
-        assert Decimal("0.38") <= Decimal(seen.cost_usd or "0") <= Decimal("0.40"), seen.cost_usd
+        # Stopped before an interval ($0.02) would pass the cap; the members are billed until they are released,
+        # so the recorded cost is within one interval of the cap either side (the seeds' rule).
+        assert Decimal("0.38") <= Decimal(seen.cost_usd or "0") <= Decimal("0.42"), seen.cost_usd
         assert running and running[-1].raw["topology"] == {"nodes": 2, "gpusPerNode": 0, "totalGPUs": 0}
         assert len(running[-1].raw["gang"]["members"]) == 2
         held = [group for group in placement_groups(ray_cluster) if group.get("state") != "REMOVED"]
@@ -119,7 +121,7 @@ def test_a_gang_is_billed_for_every_member_suspended_at_its_cap_and_resumed_with
             time.sleep(0.5)
         assert again.reason == Reason.MAX_COST_REACHED, again.message
         # The resumed run started from the first one's cost, so it stopped at the raised cap, not at $0.20 more.
-        assert Decimal("0.58") <= Decimal(again.cost_usd or "0") <= Decimal("0.60"), again.cost_usd
+        assert Decimal("0.58") <= Decimal(again.cost_usd or "0") <= Decimal("0.62"), again.cost_usd
 
 
 def test_a_cancelled_gang_stops_every_rank_and_holds_nothing(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
