@@ -44,7 +44,7 @@ import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from nodus.builder.host_programs import which
 from nodus.errors import ConfigError, ExecutorError, PrerequisiteError
@@ -331,7 +331,7 @@ def _free_ports(count: int) -> list[int]:
 
 # The ports each node binds that Ray would otherwise pick itself: nodes started at once on one host picked the
 # same one ("bind: Address already in use" in a raylet's log), and the dashboard agent's has a fixed default.
-_NODE_PORT_FLAGS = (
+NODE_PORT_FLAGS: Final = (
     "--node-manager-port",
     "--object-manager-port",
     "--dashboard-agent-listen-port",
@@ -339,13 +339,13 @@ _NODE_PORT_FLAGS = (
     "--runtime-env-agent-port",
     "--metrics-export-port",
 )
-NODE_PORTS = len(_NODE_PORT_FLAGS)
+NODE_PORTS = len(NODE_PORT_FLAGS)
 
 
 def _node_ports(ports: Sequence[int], index: int) -> list[str]:
     """The port flags of node `index` (0 is the head), from its slice of `ports`."""
     mine = ports[index * NODE_PORTS : (index + 1) * NODE_PORTS]
-    return [text for flag, port in zip(_NODE_PORT_FLAGS, mine, strict=True) for text in (flag, str(port))]
+    return [text for flag, port in zip(NODE_PORT_FLAGS, mine, strict=True) for text in (flag, str(port))]
 
 
 def _node_env(token_file: Path) -> dict[str, str]:

@@ -34,20 +34,13 @@ from dataclasses import dataclass
 from typing import Final
 
 from ..workload import Workload
+from .cluster import NODE_PORT_FLAGS
 from .placement import SESSION_CPUS
 
 MAIN_MODULE: Final = "nodus.reconciler.executors.ray.ray_launcher_main"
 GCS_PORT_OFFSET: Final = 1
 CLIENT_PORT_OFFSET: Final = 2
 NODE_PORTS_OFFSET: Final = 10
-NODE_PORT_FLAGS: Final = (
-    "--node-manager-port",
-    "--object-manager-port",
-    "--dashboard-agent-listen-port",
-    "--dashboard-agent-grpc-port",
-    "--runtime-env-agent-port",
-    "--metrics-export-port",
-)
 NODE_PORTS: Final = 8
 """Ports set aside per rank: the six of `NODE_PORT_FLAGS` and two spare, so the layout can grow without moving."""
 JOIN_TIMEOUT_S: Final = 900.0
