@@ -72,8 +72,11 @@ class GradingSettings:
     """Per line, from when the grader could start it; passed to `nodus-env grade --timeout` too."""
     kill_grace_s: float = 5.0
     """Extra wait past `task_timeout_s` before the host kills a grader (it reports its own timeouts first)."""
-    start_timeout_s: float = 60.0
-    """Extra time for the first line after a grader (re)starts: it loads the environment first."""
+    start_timeout_s: float = 150.0
+    """Extra time for the first line after a grader (re)starts: it loads the environment first. Ecosystem images
+    are slow to load: a verifiers or openenv-core image's first reply took 79 s, then more than 95 s, on a
+    2-core host busy with a training run (its read-only image holds no byte-compiled files, so every start
+    compiles verifiers, datasets and their dependencies), where 60 s failed those first lines."""
     window: int = 256
     """Lines written ahead to one grader at most; a grader that dies fails the lines it had not answered, so
     at most this many. A fresh (or restarted) grader gets 4, then one more per line it answers, up to about
