@@ -21,7 +21,7 @@ from nodus.specs.secret import SecretSpec
 
 from .project import Project
 from .references import split_ref
-from .state import STATE_FILE, open_store
+from .state import open_store
 from .state.records import DEFAULT_PROJECT, ResourceKey
 
 _LINE: Final = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
@@ -33,7 +33,7 @@ def stored_secret(project: Project, ref: str, where: str) -> SecretSpec:
     owner, name = split_ref(ref, DEFAULT_PROJECT)
     key = ResourceKey("Secret", owner, name)
     record = None
-    if project.state_url is not None or (project.files.root / STATE_FILE).is_file():
+    if project.has_state():
         store = open_store(project.state_url, project_state_dir=project.files.root, migrate=False)
         try:
             record = store.get(key)

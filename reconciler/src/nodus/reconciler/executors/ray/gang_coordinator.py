@@ -112,6 +112,8 @@ class GangCoordinator:
         )
         self._accounted = 0.0
         self._gang: dict[str, Any] = {"epoch": 0, "restarts": 0, "members": []}
+        self._assembly_failure = ""
+        """Why the last assembly try failed (the run's message once every try has)."""
         self.stopping = threading.Event()
         self._group: Any = None
         self._group_tries = 0
@@ -168,8 +170,6 @@ class GangCoordinator:
         return 1
 
     # --- assembly -------------------------------------------------------------------------------------------
-
-    _assembly_failure = ""
 
     def _assemble(self, epoch: int) -> list[Member] | None:
         """The gang's members, placed, up and checked; None after `tries` assemblies that failed (or a stop)."""
@@ -249,14 +249,14 @@ class GangCoordinator:
                 answers = ray.get([ref for _, _, ref in checks], timeout=left() or 0.001)
                 break
             except GetTimeoutError:
-                members[:] = [Member(rank, actor, "", "") for rank, actor in enumerate(actors)]
+                members[:] = _unplaced(actors)
                 return (
                     f"did not start every member and pass the network check within startupTimeout {self.timeout_s:g}s"
                 )
             except RayError as exc:
                 # A bundle still on a node that died (Ray has not marked it dead yet, so the group looked placed):
                 # its member dies at once. Start again once Ray has placed the bundle elsewhere, within the bound.
-                self._kill([Member(rank, actor, "", "") for rank, actor in enumerate(actors)])
+                self._kill(_unplaced(actors))
                 members.clear()
                 if left() <= 0:
                     return f"lost a member while it started: {_first_line(exc)}"
@@ -433,6 +433,11 @@ class GangCoordinator:
     def _write(self, text: str) -> None:
         self.out.write(text)
         self.out.flush()
+
+
+def _unplaced(actors: list[Any]) -> list[Member]:
+    """Members started but not yet known where (their address not read): for stopping them."""
+    return [Member(rank, actor, "", "") for rank, actor in enumerate(actors)]
 
 
 def _first_line(exc: BaseException) -> str:
