@@ -22,6 +22,21 @@ worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
 os.environ["NODUS_RUNNER_UID"] = str(10100 + (os.getpid() * 7 + int(worker.removeprefix("gw") or 0)) % 5000)
 
 
+@pytest.fixture
+def local_registry(tmp_path: Path) -> Iterator[str]:
+    """Debian's docker-registry on 127.0.0.1 and a free port, storage under tmp_path: yields `127.0.0.1:PORT`
+    (`nodus.testing.registry_server`); stopped by its own pid. Skips where docker-registry is not installed."""
+    from nodus.testing.registry_server import RegistryUnavailableError, installed, registry_server
+
+    if installed() is None:
+        pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
+    try:
+        with registry_server(tmp_path / "registry") as address:
+            yield address
+    except RegistryUnavailableError as exc:
+        pytest.fail(str(exc))
+
+
 @pytest.fixture(scope="session")
 def base_reference(tmp_path_factory: pytest.TempPathFactory) -> str:
     """`oci:LAYOUT:nodus-env-base`: the real base image (mmdebstrap rootfs + this nodus-env), made once.

@@ -21,11 +21,8 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -303,51 +300,6 @@ spec:
   parameters: {{steps: 2, groupSize: 4, groupsPerStep: 2, maxTokens: 16, saveSteps: 1}}
   maxCostUSD: "1.00"
 """
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@pytest.fixture
-def local_registry(tmp_path: Path) -> Iterator[str]:
-    """Debian's docker-registry on 127.0.0.1 and a free port (as builder/tests' fixture); stopped by its pid."""
-    binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
-    if not Path(binary).exists():
-        pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
-    port, root = _free_port(), tmp_path / "registry"
-    root.mkdir()
-    config = {
-        "version": 0.1,
-        "log": {"level": "warn", "accesslog": {"disabled": True}},
-        "storage": {"filesystem": {"rootdirectory": str(root / "storage")}},
-        "http": {"addr": f"127.0.0.1:{port}"},
-    }
-    (root / "config.yml").write_text(json.dumps(config))
-    with (root / "registry.log").open("wb") as log:
-        process = subprocess.Popen([binary, "serve", str(root / "config.yml")], stdout=log, stderr=subprocess.STDOUT)
-        try:
-            direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-            deadline = time.monotonic() + 15
-            while True:
-                try:
-                    with direct.open(f"http://127.0.0.1:{port}/v2/", timeout=1):
-                        break
-                except OSError:
-                    if process.poll() is not None or time.monotonic() > deadline:
-                        pytest.fail(f"docker-registry did not start: {(root / 'registry.log').read_text()[-2000:]}")
-                    time.sleep(0.05)
-            yield f"127.0.0.1:{port}"
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
 
 def git(folder: Path, *args: str) -> str:

@@ -5,7 +5,7 @@ interpreter, its standard library and each library `ldd` lists, reached through 
 the host (`/lib -> usr/lib`, sonames -> versioned files), so symlinks in layers are exercised for real.
 `need_tool("skopeo")` skips a test with the package to install when a tool is missing.
 `golden_dir`, `catalog_dir`, `golden_inputs` and `make_environment` serve the planning tests.
-`local_registry` starts Debian's docker-registry on a free loopback port for the push/pull tests.
+`local_registry` (the root conftest's) starts Debian's docker-registry on a free loopback port for the push/pull tests.
 """
 
 from __future__ import annotations
@@ -15,11 +15,8 @@ import itertools
 import json
 import os
 import shutil
-import socket
 import stat
 import subprocess
-import time
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -154,66 +151,6 @@ def make_environment() -> Callable[..., Environment]:
         return environment
 
     return make
-
-
-# A local OCI registry ----------------------------------------------------------------------------------
-
-DOCKER_REGISTRY = Path("/usr/bin/docker-registry")
-
-
-def _free_port() -> int:
-    """A port nothing listens on right now: the kernel picks one for a socket bound to port 0."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _answers(url: str) -> bool:
-    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback never goes through a proxy
-    try:
-        with direct.open(url, timeout=1) as response:
-            return bool(response.status == 200)
-    except OSError:  # refused while it starts; URLError and HTTPError are OSErrors too
-        return False
-
-
-@pytest.fixture
-def local_registry(tmp_path: Path) -> Iterator[str]:
-    """Debian's docker-registry (distribution 2.8.2) on 127.0.0.1 and a free port, storage under tmp_path:
-    yields `127.0.0.1:PORT`. Stopped by its own pid at teardown."""
-    if not DOCKER_REGISTRY.exists():
-        pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
-    port = _free_port()
-    root = tmp_path / "registry"
-    root.mkdir()
-    config = {
-        "version": 0.1,
-        "log": {"level": "warn", "accesslog": {"disabled": True}},
-        "storage": {"filesystem": {"rootdirectory": str(root / "storage")}, "delete": {"enabled": True}},
-        "http": {"addr": f"127.0.0.1:{port}"},
-    }
-    (root / "config.yml").write_text(json.dumps(config), encoding="utf-8")  # JSON is YAML
-    log = (root / "registry.log").open("wb")
-    process = subprocess.Popen(
-        [str(DOCKER_REGISTRY), "serve", str(root / "config.yml")], stdout=log, stderr=subprocess.STDOUT
-    )
-    try:
-        deadline = time.monotonic() + 15
-        while not _answers(f"http://127.0.0.1:{port}/v2/"):
-            if process.poll() is not None or time.monotonic() > deadline:
-                output = (root / "registry.log").read_text(errors="replace")[-2000:]
-                pytest.fail(f"docker-registry did not start on 127.0.0.1:{port}: {output}")
-            time.sleep(0.05)
-        yield f"127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
 
 
 @pytest.fixture

@@ -163,6 +163,23 @@ def write_blob(layout: Path, data: bytes, media_type: str) -> Descriptor:
     return descriptor
 
 
+def write_file_blob(layout: Path, source: Path, media_type: str) -> Descriptor:
+    """Store the bytes of the file `source` as a blob, streamed and hashed on the way (a no-op when the layout has
+    that blob already): a plain file travelling as an artifact's layer keeps its own sha256 as its digest."""
+    init_layout(layout)
+    hasher, size = hashlib.sha256(), 0
+    with _temporary(layout) as (handle, temporary), source.open("rb") as data:
+        for chunk in iter(lambda: data.read(1 << 20), b""):
+            hasher.update(chunk)
+            size += len(chunk)
+            handle.write(chunk)
+        descriptor = Descriptor(media_type, f"sha256:{hasher.hexdigest()}", size)
+        target = blob_path(layout, descriptor.digest)
+        if not target.exists():
+            _publish(handle, temporary, target)
+    return descriptor
+
+
 def add_layer(layout: Path, entries: Mapping[str, Entry], *, epoch: int | None = None) -> Layer:
     """Write the layer of `entries` straight into the layout's blobs (streamed, never whole in memory)."""
     init_layout(layout)

@@ -267,6 +267,8 @@ def push(
 
 def _layout_manifest(layout: Path, reference: str) -> Descriptor:
     """The manifest a tag or a digest names in the layout (`_push_manifest` reads its media type from it)."""
+    if _DIGEST.fullmatch(reference) and (layout / "oci-layout").is_file():
+        return Descriptor("", reference, -1)  # a manifest need not be tagged to be pushed by its digest
     if not (layout / "index.json").is_file():
         raise ConfigError(f"{layout} is not an OCI image layout (no index.json)")
     if _DIGEST.fullmatch(reference):
@@ -339,6 +341,33 @@ def resolve_tag(
     """The manifest digest `tag` names in `ref`'s repository right now."""
     check_tag(tag)
     return _Session(ref, credentials, timeout).manifest_digest(tag)
+
+
+def fetch_manifest(
+    source: RegistryRef, digest: str, *, credentials: Credentials | None = None, timeout: float = TIMEOUT_S
+) -> bytes:
+    """The raw bytes of the manifest `digest` in `source`, once they hash to it (nothing is stored)."""
+    if not _DIGEST.fullmatch(digest):
+        raise ConfigError(f"{digest!r} is not a sha256 digest", hint="sha256: and 64 hex digits")
+    raw, _ = _Session(source, credentials, timeout).get_manifest(digest)
+    return raw
+
+
+def fetch_blobs(
+    source: RegistryRef,
+    blobs: Sequence[Descriptor],
+    layout: Path,
+    *,
+    credentials: Credentials | None = None,
+    timeout: float = TIMEOUT_S,
+) -> None:
+    """Download each of `blobs` that `layout` lacks from `source`, each stored once it hashes to its digest and has
+    its size: some layers of an artifact without the rest (one output file of a job, say)."""
+    session = _Session(source, credentials, timeout)
+    for blob in blobs:
+        path = blob_path(layout, blob.digest)
+        if not (path.is_file() and path.stat().st_size == blob.size):
+            session.download_blob(blob, layout)
 
 
 def _pull_manifest(session: _Session, digest: str, layout: Path) -> Descriptor:

@@ -149,7 +149,7 @@ def test_observe_follows_rays_status_and_the_markers(ray_executor: RayExecutor, 
     assert (seen.phase, seen.lost, seen.ended) == ("Succeeded", False, True)
     outputs = ray_executor.outputs(PROJECT, NAME)
     assert outputs is not None and outputs.to_json() == manifest["files"]
-    with pytest.raises(ConfigError, match="copying outputs of a Ray job is not done yet"):
+    with pytest.raises(ConfigError, match="come back only through executor.ray.registry"):
         ray_executor.open_output(PROJECT, NAME, "adapter.bin")
 
 

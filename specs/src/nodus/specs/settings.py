@@ -11,6 +11,7 @@ project without the file behaves as before:
     #   ray:
     #     address: http://HOST:8265   # the cluster's dashboard (Jobs API); else RAY_ADDRESS
     #     tokenSecret: ray-token      # a Secret holding the token; else RAY_AUTH_TOKEN
+    #     registry: 10.0.0.5:5000/nodus   # where inputs and outputs travel when the nodes do not see this folder
     grading:
       sandbox: container   # auto (default) | container | process
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import ValidationError, field_validator
+from pydantic import ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from nodus.errors import ConfigError
@@ -51,7 +52,25 @@ class RaySettings(SpecModel):
     """The nodes see this project's folder at the same path (a cluster on one machine, as `nodus cluster up` starts
     it, or the project on a shared filesystem): a job's session on the node reads the grader images, task
     manifests, models and Volumes the workload names from the project's store there. Without it, the node has
-    only its own store, and a workload naming an artifact it lacks fails its launch (LaunchFailed)."""
+    only its own store (or `registry`), and a workload naming an artifact it lacks fails its launch (LaunchFailed)."""
+    registry: str | None = None
+    """An OCI registry repository, `HOST[:PORT]/REPOSITORY`, that this host and the nodes both reach, for nodes that
+    do not see this project's folder: a job's inputs travel to its node through it by digest (the grader image, the
+    task manifests, the model's files) and its outputs come back through it, each file checked against the sha256 its
+    node recorded (`nodus cp`, `exportTo`). Credentials: NODUS_REGISTRY_USERNAME/PASSWORD on each side."""
+    insecure_registry: bool = False
+    """Speak plain HTTP to `registry` (a registry inside the cluster's own network); loopback always is."""
+
+    @model_validator(mode="after")
+    def _one_way_to_the_nodes(self) -> RaySettings:
+        if self.registry is not None and self.shared_filesystem:
+            raise ValueError(
+                "registry and sharedFilesystem: true are two ways to reach the nodes' files; keep one "
+                "(sharedFilesystem where the nodes see this folder, registry where they do not)"
+            )
+        if self.insecure_registry and self.registry is None:
+            raise ValueError("insecureRegistry is set but registry is not")
+        return self
 
     @field_validator("address")
     @classmethod

@@ -73,7 +73,7 @@ from .job import (
     wait_gone,
     write_json,
 )
-from .outputs import copy_verified, inside, manifest, recorded
+from .outputs import copy_verified, inside, manifest, recorded, sources_in
 from .resolve import resolve
 
 SUPERVISOR_MODULE: Final = "nodus.reconciler.executors.local.supervisor"
@@ -271,7 +271,7 @@ class LocalExecutor:
         for relative, _ in copies:
             if relative not in wanted:
                 raise ConfigError(f"{label} has no output {('outputs/' + relative)!r}", hint="nothing was copied")
-        return copy_verified(files, copies, wanted, label, root=root)
+        return copy_verified(sources_in(files, copies), copies, wanted, label, root=root)
 
     def earlier_generations(self, project: str, name: str) -> list[int]:
         return self.files(project, name).earlier_generations()

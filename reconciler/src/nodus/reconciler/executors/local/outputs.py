@@ -1,6 +1,7 @@
 """A job's outputs as recorded when it succeeded, and copies of them that are verified and all or nothing.
 
-Who calls it: `LocalExecutor`'s `outputs` and `copy_outputs`, which `nodus cp` (`nodus.cli.jobs`), the SDK's
+Who calls it: `LocalExecutor`'s `outputs` and `copy_outputs` (and `RayExecutor.copy_outputs`, with files fetched
+from a registry), which `nodus cp` (`nodus.cli.jobs`), the SDK's
 `run.outputs.download` (`nodus.recipes.runs`) and `spec.exportTo` (`nodus.reconciler.controllers.export`) use. The
 supervisor writes `outputs.json` (`manifest_of`: a sha256 and size per regular file of outputs/) when the
 trainer succeeds; a copy is taken from the file beside its final place, checked against that sha256, and only
@@ -9,7 +10,8 @@ partial file, no folder this copy made. A link already at a final place is repla
 and no existing folder under the destination may be a link: a copy never writes outside the destination.
 
     wanted = recorded(files)                       # None until the generation succeeded
-    copy_verified(files, [("results.json", Path("out/results.json"))], wanted, "TrainingJob/run")
+    sources = {"results.json": files.outputs / "results.json"}
+    copy_verified(sources, [("results.json", Path("out/results.json"))], wanted, "TrainingJob/run")
 """
 
 from __future__ import annotations
@@ -78,14 +80,25 @@ def inside(relative: str, manifest: Path) -> PurePosixPath:
     return path
 
 
+def sources_in(files: JobFiles, copies: Sequence[tuple[str, Path]]) -> dict[str, Path]:
+    """Where each output of `copies` is in the job folder (`inside` outputs/, or refused)."""
+    return {relative: files.outputs / inside(relative, files.outputs_manifest) for relative, _ in copies}
+
+
 def copy_verified(
-    files: JobFiles, copies: Sequence[tuple[str, Path]], wanted: Recorded, label: str, *, root: Path | None = None
+    sources: Mapping[str, Path],
+    copies: Sequence[tuple[str, Path]],
+    wanted: Recorded,
+    label: str,
+    *,
+    root: Path | None = None,
 ) -> list[Path]:
-    """Copy each `(output path, final path)`; every copy is checked against its recorded sha256 before any is
-    renamed into place. `root`: the destination given, under which no existing folder may be a link.
-    ConfigError naming the output and the path on any failure, with nothing left behind."""
+    """Copy each `(output path, final path)` from `sources[output path]` (the job folder's file: `sources_in`; or a
+    blob fetched from a registry); every copy is checked against its recorded sha256 before any is renamed into
+    place. `root`: the destination given, under which no existing folder may be a link. ConfigError naming the
+    output and the path on any failure, with nothing left behind."""
     for relative, final in copies:  # everything that can be checked before a byte is written
-        source = files.outputs / inside(relative, files.outputs_manifest)
+        source = sources[relative]
         if source.is_symlink() or not source.is_file():
             raise ConfigError(f"outputs/{relative} of {label} is missing", hint="nothing was copied")
         if root is not None:
@@ -94,7 +107,7 @@ def copy_verified(
     partials: list[tuple[Path, Path]] = []
     try:
         for relative, final in copies:
-            source = files.outputs / relative
+            source = sources[relative]
             made += _folders_for(final)
             if final.is_dir() and not final.is_symlink():
                 raise ConfigError(f"{final} is a folder: outputs/{relative} of {label} would replace it")

@@ -18,8 +18,11 @@ not moved between nodes yet). What does not survive: the trainer process, the at
 A cancel stops the Ray job the same way (the node session suspends its supervisor, then ends) and records the run
 Cancelled here; its folder stays on the node until someone removes it.
 
-Not done yet: `open_output` and `copy_outputs` of a Ray job (its files are on the node, and the controller's host
-shares no filesystem with it): both say so with a ConfigError; `outputs` (names, sizes, sha256) works.
+How inputs reach a node and outputs come back (`open_output`, `copy_outputs`: `nodus cp`, `exportTo`): through the
+project's registry (`executor.ray.registry`, `channel.py`: pushed before the submission, fetched on the node by
+digest; the node pushes the outputs and its outputs marker names them), or, where the nodes see this project's folder
+(`executor.ray.sharedFilesystem: true`), from that folder, each file checked against the sha256 its node recorded.
+With neither, `outputs` (names, sizes, sha256) still works and a copy is refused in one line.
 """
 
 from __future__ import annotations
@@ -37,11 +40,14 @@ from typing import Any, BinaryIO, Final
 from nodus.errors import ConfigError, TemporaryError
 from nodus.specs.status_names import Phase, Reason
 
+from ...project import Project
 from ..local import LocalExecutor
 from ..local.job import locked, parse_usd, read_json, usd, write_json
+from ..local.outputs import copy_verified
 from ..protocol import ENDED_PHASES, Capabilities, Gradings, Observation, OutputFile, OutputManifest
 from ..workload import Workload
 from . import gang, node_session, status_stream
+from .channel import INPUTS_VARIABLE, OutputsCache, RegistryChannel
 from .jobs_client import RAY_PENDING, JobsClient, RayJob, Submission
 from .placement import Placement, Unschedulable, offered_types, place
 from .status_stream import Stream
@@ -58,9 +64,11 @@ STOPS: Final = {
     "suspend": (Phase.SUSPENDED, Reason.SUSPEND_REQUESTED, "suspended (spec.state: Suspended)"),
 }
 NOT_YET: Final = (
-    "copying outputs of a Ray job is not done yet without a shared filesystem: its files are on the Ray node that "
-    "ran it (executor.ray.sharedFilesystem: true where the nodes see this project's folder)"
+    "its files are on the Ray node that ran it, and they come back only through executor.ray.registry (an OCI "
+    "registry both reach) or executor.ray.sharedFilesystem: true (the nodes see this project's folder)"
 )
+OUTPUTS_CACHE: Final = "ray-outputs"
+"""Beside the project's jobs folder: the OCI layout of output files fetched from the registry."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +106,9 @@ class RayExecutor:
     `python` is the node's interpreter with nodus installed (the entrypoint's, absolute); `node_jobs` and
     `node_project` are the node's jobs folder and project folder (None: the node session's defaults).
     `shared_filesystem`: this host sees `node_jobs` at the same path (one machine, or a shared filesystem), so a
-    job's outputs are read there, each checked against the sha256 its node recorded (`nodus cp`, `exportTo`)."""
+    job's outputs are read there, each checked against the sha256 its node recorded (`nodus cp`, `exportTo`).
+    `channel` (with the `project` whose store the inputs come from): the registry inputs and outputs travel
+    through, for nodes that see no folder of this host's (`channel.py`)."""
 
     def __init__(
         self,
@@ -109,6 +119,8 @@ class RayExecutor:
         node_jobs: str | None = None,
         node_project: str | None = None,
         shared_filesystem: bool = False,
+        channel: RegistryChannel | None = None,
+        project: Project | None = None,
     ) -> None:
         self.jobs = jobs
         self.jobs_root = jobs_root
@@ -116,6 +128,12 @@ class RayExecutor:
         self.node_jobs = node_jobs
         self.node_project = node_project
         self._node_outputs = LocalExecutor(Path(node_jobs)) if shared_filesystem and node_jobs else None
+        if channel is not None and project is None:
+            raise ValueError("a registry channel publishes a project's inputs: give the project")
+        self.channel = channel
+        self.project = project
+        insecure = channel is not None and channel.ref.insecure
+        self._outputs_cache = OutputsCache(jobs_root.parent / OUTPUTS_CACHE, insecure=insecure)
         self.owner = owner_id(jobs_root)
         self._capabilities: Capabilities | None = None
 
@@ -166,14 +184,22 @@ class RayExecutor:
     def _submission(
         self, workload: Workload, identifier: str, placement: Placement, mode: str, cost_so_far: Decimal | None
     ) -> Submission:
-        env = {node_session.WORKLOAD_VARIABLE: workload.to_json(), node_session.RUN_VARIABLE: mode}
+        env = {
+            node_session.WORKLOAD_VARIABLE: workload.to_json(),
+            node_session.RUN_VARIABLE: mode,
+            gang.SUBMISSION_VARIABLE: identifier,
+        }
+        if self.channel is not None and self.project is not None and not gang.is_gang(workload):
+            env.update(self.channel.env())
+            inputs = self.channel.publish_inputs(workload, self.project)
+            if inputs is not None:
+                env[INPUTS_VARIABLE] = inputs
         if self.node_jobs is not None:
             env[node_session.JOBS_VARIABLE] = self.node_jobs
         if self.node_project is not None:
             env[node_session.PROJECT_VARIABLE] = self.node_project
         if gang.is_gang(workload):
             # The coordinator reserves nothing (Ray runs it on the head); its members reserve the placement.
-            env[gang.SUBMISSION_VARIABLE] = identifier
             env[gang.PLACEMENT_VARIABLE] = gang.placement_to_json(placement)
             if cost_so_far is not None:  # a gang keeps no folder on a node: its cost so far travels with the run
                 env[gang.COST_VARIABLE] = str(cost_so_far)
@@ -335,9 +361,11 @@ class RayExecutor:
         return OutputManifest(entries, skipped)
 
     def open_output(self, project: str, name: str, path: str, generation: int | None = None) -> BinaryIO:
-        self._last_run_of(project, name, generation)
-        if self._node_outputs is None:
-            raise ConfigError(f"job {project}/{name}: outputs/{path}: {NOT_YET}")
+        run = self._last_run_of(project, name, generation)
+        label = f"job {project}/{name}"
+        if _artifact(run) is not None or self._node_outputs is None:
+            recorded = self._recorded(run, [path], label, hint=None)
+            return self._outputs_cache.files(_artifact(run) or {}, [path], recorded, label)[path].open("rb")
         return self._node_outputs.open_output(project, name, path, generation)
 
     def copy_outputs(
@@ -350,10 +378,28 @@ class RayExecutor:
         root: Path | None = None,
         generation: int | None = None,
     ) -> list[Path]:
-        self._last_run_of(project, name, generation)
-        if self._node_outputs is None:
-            raise ConfigError(f"{label}: {NOT_YET}", hint="nothing was copied")
+        run = self._last_run_of(project, name, generation)
+        if _artifact(run) is not None or self._node_outputs is None:
+            paths = [relative for relative, _ in copies]
+            recorded = self._recorded(run, paths, label, hint="nothing was copied")
+            sources = self._outputs_cache.files(_artifact(run) or {}, paths, recorded, label)
+            return copy_verified(sources, copies, recorded, label, root=root)
         return self._node_outputs.copy_outputs(project, name, copies, label=label, root=root, generation=generation)
+
+    def _recorded(self, run: Run, paths: Sequence[str], label: str, *, hint: str | None) -> dict[str, dict[str, Any]]:
+        """The run's recorded outputs, each of `paths` among them, that can come back through the registry."""
+        final, recorded = run.stream.final, run.stream.outputs
+        if final is None or final.get("phase") != Phase.SUCCEEDED or recorded is None:
+            raise ConfigError(f"{label} has no outputs yet", hint="outputs are collected when the run succeeds")
+        files = {str(path): dict(entry) for path, entry in (recorded.get("files") or {}).items()}
+        for path in paths:
+            if path not in files:
+                raise ConfigError(f"{label} has no output {('outputs/' + path)!r}", hint=hint)
+        if recorded.get("artifactError"):
+            raise ConfigError(f"{label}: its outputs stayed on its Ray node: {recorded['artifactError']}", hint=hint)
+        if _artifact(run) is None:
+            raise ConfigError(f"{label}: {NOT_YET}", hint=hint)
+        return files
 
     def earlier_generations(self, project: str, name: str) -> list[int]:
         runs = self._runs(project, name)
@@ -489,6 +535,12 @@ class RayLog:
         if generation != self._executor._latest_generation(project, name):
             return True
         return self._executor.observe(project, name).ended
+
+
+def _artifact(run: Run) -> dict[str, Any] | None:
+    """The registry artifact the run's node pushed its outputs to (`channel.publish_outputs`), if it did."""
+    artifact = (run.stream.outputs or {}).get("artifact")
+    return artifact if isinstance(artifact, dict) else None
 
 
 def _held_key(held: Mapping[str, Any]) -> RunKey:

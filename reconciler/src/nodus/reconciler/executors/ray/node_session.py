@@ -12,10 +12,12 @@ What it does, on the node:
    the workload is resolved on this node (`executors/local/resolve.py`) and runs under the same supervisor as a
    local job (attempt API on a Unix socket, grading in the container sandbox with no network, cost and cap), with
    the project at `NODUS_NODE_PROJECT` for the artifacts it names (content store, models, Volumes; unset: the
-   workload may name none, as for an executor over a bare jobs folder);
+   workload may name none, as for an executor over a bare jobs folder), or, when the submission names a registry
+   (`NODUS_CHANNEL_REGISTRY`, `channel.py`), with the node's own store filled from it first (`NODUS_INPUTS`);
 3. follows the job folder until the supervisor has recorded an end and let go of it, writing to stdout the
    trainer's log lines as they come (escaped where they look like markers) and a marker line for each status
-   change, event and grading record, then the output manifest (sha256 per file) and the final status;
+   change, event and grading record, then the output manifest (sha256 per file; with a registry, the outputs
+   pushed there first and the artifact named in it, or why they could not be) and the final status;
 4. on SIGTERM (Ray's `stop_job`), asks the supervisor to suspend, which stops the trainer and keeps the state
    folder on this node, and follows on until it has (Ray SIGKILLs this process after RAY_JOB_STOP_WAIT_TIME_S;
    the supervisor, in a session of its own, finishes the suspension by itself).
@@ -47,6 +49,7 @@ from ..local import LocalExecutor
 from ..local.job import TERMINAL, JobFiles, lock_held, read_json
 from ..workload import Workload
 from . import gang, status_stream
+from .channel import INPUTS_VARIABLE, REGISTRY_VARIABLE, RegistryChannel, node_store
 from .gang_coordinator import run_gang
 
 WORKLOAD_VARIABLE: Final = "NODUS_WORKLOAD"
@@ -70,11 +73,24 @@ def default_jobs_root() -> Path:
 class NodeSession:
     """One run of a workload on this node, followed onto `out` (the Ray job's log)."""
 
-    def __init__(self, workload: Workload, run: str, local: LocalExecutor, out: TextIO) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        run: str,
+        local: LocalExecutor,
+        out: TextIO,
+        *,
+        channel: RegistryChannel | None = None,
+        inputs: str | None = None,
+        submission: str = "",
+    ) -> None:
         self.workload = workload
         self.run = run
         self.local = local
         self.out = out
+        self.channel = channel
+        self.inputs = inputs
+        self.submission = submission
         self.files: JobFiles = local.files(workload.project, workload.name)
         self.stopping = threading.Event()
         self._offsets: dict[Path, int] = {}
@@ -85,6 +101,8 @@ class NodeSession:
         """Launch the workload here, or resume it from its state on this node (launched afresh where this node
         has none: the resume landed on another node than the suspension)."""
         project, name = self.workload.project, self.workload.name
+        if self.channel is not None and self.local.project is not None:
+            self.channel.fetch_inputs(self.workload, self.inputs, self.local.project)
         if self.run == RESUME and self.local.exists(project, name):
             phase = self.local.observe(project, name).phase
             if phase == Phase.SUSPENDED:
@@ -174,9 +192,23 @@ class NodeSession:
         if status.get("phase") == Phase.SUCCEEDED:
             recorded = read_json(self.files.outputs_manifest)
             if recorded is not None:
-                self._write(status_stream.marker("outputs", recorded))
+                self._write(status_stream.marker("outputs", self._published(recorded)))
         self._write(status_stream.marker("final", {k: v for k, v in status.items() if k not in UNTRACKED}))
         return 0 if status.get("phase") == Phase.SUCCEEDED else 1
+
+    def _published(self, recorded: dict[str, Any]) -> dict[str, Any]:
+        """The output manifest, with the registry artifact the outputs were pushed to (or why they were not: the
+        run still succeeded, and its files stay in this node's job folder)."""
+        if self.channel is None or self.local.project is None:
+            return recorded
+        found = recorded.get("files")
+        files: dict[str, Any] = found if isinstance(found, dict) else {}
+        tag = self.submission or f"{self.workload.project}-{self.workload.name}-g{self.workload.generation}"
+        try:
+            digest = self.channel.publish_outputs(self.files.outputs, files, tag, self.local.project)
+        except NodusError as exc:
+            return {**recorded, "artifactError": exc.message}
+        return {**recorded, "artifact": {"registry": str(self.channel.ref), "digest": digest}}
 
     def _write(self, text: str) -> None:
         self.out.write(text)
@@ -202,7 +234,28 @@ def main(environ: MutableMapping[str, str] | None = None, out: TextIO | None = N
     project = None
     if environ.get(PROJECT_VARIABLE):
         project = Project.find(Path(environ[PROJECT_VARIABLE]))
-    session = NodeSession(workload, run, LocalExecutor(jobs_root, project=project), out)
+    try:
+        channel = RegistryChannel.from_env(environ)
+    except NodusError as exc:  # the controller's host checked it: a submission made by hand, or another version
+        failed = {
+            "phase": Phase.FAILED,
+            "reason": Reason.LAUNCH_FAILED,
+            "message": f"{REGISTRY_VARIABLE}: {exc.message}",
+        }
+        out.write(status_stream.marker("final", failed))
+        return 1
+    inputs = environ.pop(INPUTS_VARIABLE, None)
+    if channel is not None and project is None:
+        project = node_store(jobs_root)
+    session = NodeSession(
+        workload,
+        run,
+        LocalExecutor(jobs_root, project=project),
+        out,
+        channel=channel,
+        inputs=inputs,
+        submission=environ.pop(gang.SUBMISSION_VARIABLE, ""),
+    )
     signal.signal(signal.SIGTERM, lambda number, frame: session.stopping.set())
     try:
         session.start()

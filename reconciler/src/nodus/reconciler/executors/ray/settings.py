@@ -20,6 +20,7 @@ from nodus.specs.settings import SETTINGS_FILE
 
 from ...project import Project
 from ...secret_values import stored_secret, value
+from .channel import RegistryChannel
 from .executor import RayExecutor
 from .jobs_client import RayJobsClient
 from .node_session import JOBS_VARIABLE
@@ -63,10 +64,18 @@ def ray_executor(jobs_root: Path, project: Project | None) -> RayExecutor:
         # The nodes see this project's folder: their sessions read its store and keep their job folders in it.
         node_project, shared = str(project.root), True
         node_jobs = node_jobs or str(jobs_root.parent / NODE_JOBS_FOLDER)
+    channel = None
+    if project is not None and settings is not None and settings.registry is not None:
+        try:
+            channel = RegistryChannel.parse(settings.registry, insecure=settings.insecure_registry)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: executor.ray.registry: {exc.message}", hint=exc.hint) from None
     return RayExecutor(
         RayJobsClient(address, token),
         jobs_root,
         node_jobs=node_jobs,
         node_project=node_project,
         shared_filesystem=shared,
+        channel=channel,
+        project=project if channel is not None else None,
     )
