@@ -1,0 +1,89 @@
+"""`python -m nodus.runtimes.serving`: serve a model folder (and LoRA adapters over it) with OpenAI's HTTP API.
+
+Who runs it: the transformers backend's command line (`transformers_backend.TransformersBackend.command`, started
+by the InferenceEndpoint controller), the tests, the benchmark, and people trying a model by hand:
+
+    python -m nodus.runtimes.serving --model PATH [--adapter NAME=PATH ...] [--name SERVED_NAME] [--embeddings]
+        (--uds SOCKET | [--host 127.0.0.1] --port N)
+
+Bad input (a missing folder, an adapter without adapter_config.json, a taken port, a public --host) exits 2 with
+one line on stderr naming the flag and the file; a ready server prints one JSON line on stdout (see `server`).
+The API key clients must send, if any, is read from NODUS_SERVING_API_KEY.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from nodus.runtimes.serving.backend import API_KEY_ENV, Listen, ServeSpec, ServingError
+from nodus.runtimes.serving.model_folder import parse_adapter
+from nodus.runtimes.serving.server import serve
+from nodus.runtimes.serving.transformers_backend import EngineOptions, TransformersEngine
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m nodus.runtimes.serving", description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--model", type=Path, required=True, help="a Hugging Face model folder (config.json, weights, tokenizer)"
+    )
+    p.add_argument(
+        "--adapter",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="a PEFT LoRA adapter folder served as NAME (repeatable)",
+    )
+    p.add_argument("--name", help="the name requests give as `model` for the base (default: --model as given)")
+    p.add_argument("--embeddings", action="store_true", help="serve /v1/embeddings too (mean-pooled, L2-normalised)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--uds", type=Path, help="listen on this Unix socket")
+    where.add_argument(
+        "--port", type=int, help="listen on this TCP port of --host (0: a free one, named in the ready line)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="a loopback address (default 127.0.0.1)")
+    p.add_argument("--max-model-len", type=int, help="the context window (default: the model config's)")
+    p.add_argument("--max-batch-size", type=int, default=32, help="requests generated together (1: batching off)")
+    p.add_argument(
+        "--batch-window-ms", type=float, default=10.0, help="how long an idle server waits for more requests to batch"
+    )
+    p.add_argument("--device", default="auto", help="auto (CUDA if present), cpu, cuda, cuda:N")
+    return p
+
+
+def spec_of(args: argparse.Namespace) -> ServeSpec:
+    if args.uds is None and args.host != "127.0.0.1" and args.port is None:
+        raise ServingError("--host: give --port with it")
+    listen = Listen(uds=args.uds) if args.uds is not None else Listen(host=args.host, port=args.port)
+    if args.max_batch_size < 1:
+        raise ServingError(f"--max-batch-size {args.max_batch_size}: at least 1")
+    if args.max_model_len is not None and args.max_model_len < 2:
+        raise ServingError(f"--max-model-len {args.max_model_len}: at least 2")
+    return ServeSpec(
+        model=args.model,
+        served_name=args.name or str(args.model),
+        listen=listen,
+        adapters=tuple(parse_adapter(argument) for argument in args.adapter),
+        embeddings=args.embeddings,
+        max_model_len=args.max_model_len,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        spec = spec_of(args)
+        options = EngineOptions(
+            device=args.device, max_batch_size=args.max_batch_size, batch_window=args.batch_window_ms / 1000
+        )
+        engine = TransformersEngine(spec, options)
+        return serve(engine, spec.listen, os.environ.get(API_KEY_ENV) or None)
+    except ServingError as error:
+        print(f"nodus serving: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
