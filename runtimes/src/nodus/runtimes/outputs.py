@@ -1,13 +1,19 @@
-"""What a run leaves in NODUS_OUTPUT_DIR: the adapter, results, provenance, curves and a manifest of them all.
+"""What a run leaves in NODUS_OUTPUT_DIR: the weights, results, provenance, curves and a manifest of them all.
 
-Who uses it: `grpo_lora.main` (everything) and `evaluate.main` (results, provenance, manifest). Layout, as the
+Who uses it: `grpo_lora.main` (everything), `evaluate.main` (results, provenance, manifest) and `finetune.run`
+for the data-driven runtimes (everything, with `model/` for full fine-tuning and their own curves). Layout, as the
 seeds' Training guide names it:
 
     adapter/            the LoRA adapter (adapter_model.safetensors, adapter_config.json) and the tokenizer
+    model/              instead of adapter/ after full fine-tuning: the whole model and the tokenizer
     results.json        the final metrics and the per-step history
-    provenance.json     runtime, environment and model: names, digests and revisions; library versions
-    curves.png          reward and loss per step (when matplotlib can draw)
+    provenance.json     runtime, environment (or data and teacher) and model: names, digests and revisions;
+                        library versions
+    curves.png          the method's metric (GRPO: reward) and loss per step (when matplotlib can draw)
     manifest.json       {"files": {path: {"sha256", "size"}}} of every other file, written last
+
+The weights are written to `<folder>.partial` and renamed into place, so a run that dies while saving leaves no
+half-written folder under the name a user would download.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -22,6 +30,23 @@ from typing import Any
 from nodus.runtimes.contract import RunContext
 
 LIBRARIES = ("nodus-runtimes", "torch", "transformers", "trl", "peft", "accelerate")
+
+
+@dataclass(frozen=True)
+class Curves:
+    """What a run's history keeps of TRL's log and what curves.png draws: `metric` per step above the loss."""
+
+    keys: tuple[str, ...] = ("loss", "reward", "reward_std", "kl", "frac_reward_zero_std")
+    """The log entries kept per step in results.json `history`."""
+    metric: str = "reward"
+    """The entry drawn in the upper panel (with a moving mean), the loss in the lower one."""
+    label: str = "reward"
+    """The upper panel's axis label."""
+    legend: str = "mean reward per step"
+    title: str = "GRPO: reward and loss per step"
+
+
+GRPO_CURVES = Curves()
 
 
 def write_json(path: Path, document: object) -> None:
@@ -71,21 +96,23 @@ def provenance(context: RunContext) -> dict[str, Any]:
     }
 
 
-def history(log_history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per optimizer step from TRL's log history (restored from the checkpoint on a resume)."""
+def history(log_history: list[dict[str, Any]], keys: tuple[str, ...] = GRPO_CURVES.keys) -> list[dict[str, Any]]:
+    """One row per optimizer step from TRL's log history (restored from the checkpoint on a resume); evaluation
+    entries (`eval_*`) are not steps and are left out."""
     rows: dict[int, dict[str, Any]] = {}
     for entry in log_history:
-        if "step" not in entry or "train_runtime" in entry:
+        if "step" not in entry or "train_runtime" in entry or any(key.startswith("eval_") for key in entry):
             continue
         row = rows.setdefault(int(entry["step"]), {"step": int(entry["step"])})
-        for key in ("loss", "reward", "reward_std", "kl", "frac_reward_zero_std"):
+        for key in keys:
             if isinstance(entry.get(key), int | float):
                 row[key] = entry[key]
     return [rows[step] for step in sorted(rows)]
 
 
-def plot(rows: list[dict[str, Any]], path: Path) -> bool:
-    """Reward and loss per step, one panel each; False when there is nothing to draw or no matplotlib."""
+def plot(rows: list[dict[str, Any]], path: Path, curves: Curves = GRPO_CURVES) -> bool:
+    """The metric (GRPO: reward) and loss per step, one panel each; False when there is nothing to draw or no
+    matplotlib."""
     if not rows:
         return False
     try:
@@ -97,8 +124,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
         return False
     figure, (reward_axis, loss_axis) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
     steps = [r["step"] for r in rows]
-    rewards = [r.get("reward", float("nan")) for r in rows]
-    reward_axis.plot(steps, rewards, color="tab:green", alpha=0.4, label="mean reward per step")
+    rewards = [r.get(curves.metric, float("nan")) for r in rows]
+    reward_axis.plot(steps, rewards, color="tab:green", alpha=0.4, label=curves.legend)
     window = max(1, len(rows) // 10)
     smooth = [
         sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1])
@@ -106,13 +133,13 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
     ]
     reward_axis.plot(steps, smooth, color="tab:green", label=f"moving mean ({window} steps)")
     reward_axis.legend(loc="lower right")
-    reward_axis.set_ylabel("reward")
+    reward_axis.set_ylabel(curves.label)
     reward_axis.grid(alpha=0.3)
     loss_axis.plot(steps, [r.get("loss", float("nan")) for r in rows], color="tab:blue", label="loss")
     loss_axis.set_ylabel("loss")
     loss_axis.set_xlabel("step")
     loss_axis.grid(alpha=0.3)
-    figure.suptitle("GRPO: reward and loss per step")
+    figure.suptitle(curves.title)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
@@ -126,16 +153,35 @@ def manifest(outputs: Path) -> dict[str, Any]:
     return {"files": files}
 
 
-def export(context: RunContext, *, trainer: Any = None, tokenizer: Any = None, results: dict[str, Any]) -> None:
+def save_weights(model: Any, tokenizer: Any, folder: Path) -> None:
+    """The model (or its adapter) and the tokenizer into `folder`, through `<folder>.partial` and a rename."""
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    model.save_pretrained(partial)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(partial)
+    shutil.rmtree(folder, ignore_errors=True)  # an earlier attempt's copy of this same run's weights
+    partial.rename(folder)
+
+
+def export(
+    context: RunContext,
+    *,
+    trainer: Any = None,
+    tokenizer: Any = None,
+    results: dict[str, Any],
+    weights: str = "adapter",
+    curves: Curves = GRPO_CURVES,
+    sources: dict[str, Any] | None = None,
+) -> None:
+    """Everything a run leaves: `weights` names the folder (adapter or model), `curves` what the history keeps
+    and draws, `sources` what provenance.json adds about the inputs (data, teacher)."""
     outputs = context.outputs
     if trainer is not None:
-        adapter = outputs / "adapter"
-        trainer.model.save_pretrained(adapter)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(adapter)
-        rows = history(trainer.state.log_history)
+        save_weights(trainer.model, tokenizer, outputs / weights)
+        rows = history(trainer.state.log_history, curves.keys)
         results = {**results, "history": rows}
-        plot(rows, outputs / "curves.png")
+        plot(rows, outputs / "curves.png", curves)
     write_json(outputs / "results.json", results)
-    write_json(outputs / "provenance.json", provenance(context))
+    write_json(outputs / "provenance.json", {**provenance(context), **(sources or {})})
     write_json(outputs / "manifest.json", manifest(outputs))
