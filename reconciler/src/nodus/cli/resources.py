@@ -32,6 +32,7 @@ from nodus.reconciler.state.records import (
     StateStore,
     missing_record,
 )
+from nodus.reconciler.views import attempts as attempts_view
 from nodus.reconciler.views import columns, jsonpath
 from nodus.reconciler.views import results as results_view
 from nodus.reconciler.waiting import Requeues
@@ -162,8 +163,13 @@ def _print(
         for record, row in zip(records, values, strict=True):
             beat = heartbeats.get(record.key)
             row.append("-" if beat is None else _ago(beat.at, now))
+    _table(titles, values)
+
+
+def _table(titles: list[str], values: list[list[str]]) -> None:
+    """A table on a terminal; whole rows, never cut to a terminal's width, into a pipe."""
     if not sys.stdout.isatty():
-        line(columns.plain(titles, values))  # a pipe gets whole rows, never cut to a terminal's width
+        line(columns.plain(titles, values))
         return
     from rich.table import Table
 
@@ -181,21 +187,33 @@ def _print(
 @click.option("-o", "--output", default="table", help="table, wide, yaml, json or jsonpath=TEMPLATE.")
 @click.option("-w", "--watch", is_flag=True, help="Keep printing as the status changes (Ctrl-C stops).")
 @click.option("-n", "--project", "namespace", help="Only this project (default: all).")
+@click.option("-l", "--selector", help="Only those whose labels match: key=value,key!=value.")
 @click.option("--state", help="State store: a SQLite path or postgresql://... (default: .nodus/state.db).")
 @click.option("--path", type=click.Path(path_type=Path), help="Project folder (default: found from here).")
 def get(
-    kind: str, name: str | None, output: str, watch: bool, namespace: str | None, state: str | None, path: Path | None
+    kind: str,
+    name: str | None,
+    output: str,
+    watch: bool,
+    namespace: str | None,
+    selector: str | None,
+    state: str | None,
+    path: Path | None,
 ) -> None:
-    """List resources of KIND (or one, NAME) with their status."""
+    """List resources of KIND (or one, NAME) with their status; `attempts`: each rank's attempts of the jobs."""
+    terms = attempts_view.parse_selector(selector)
+    if kind in ATTEMPTS:
+        _get_attempts(path, state, name, output, namespace, terms)
+        return
     kind, name = split_target(kind, name)
     project, store = _open(path, state)
     try:
-        records = _listed(project, store, kind, name, namespace)
+        records = _selected(_listed(project, store, kind, name, namespace), terms)
         shown = _render_key(records)
         _show(project, kind, records, output, namespace)
         while watch:  # what the loop writes (apply, wait, nodus controller, nodus refresh) as it lands
             time.sleep(2)
-            records = _listed(project, store, kind, name, namespace)
+            records = _selected(_listed(project, store, kind, name, namespace), terms)
             if _render_key(records) != shown:
                 shown = _render_key(records)
                 _show(project, kind, records, output, namespace)
@@ -203,6 +221,56 @@ def get(
         pass
     finally:
         store.close()
+
+
+ATTEMPTS = frozenset({"attempts", "attempt"})
+"""Not a kind: the attempts of the jobs' ranks, read from their status (`views.attempts`)."""
+
+
+def _selected(records: list[ResourceRecord], terms: attempts_view.Selector) -> list[ResourceRecord]:
+    """The records whose `metadata.labels` match `-l`."""
+    if not terms:
+        return records
+    return [r for r in records if attempts_view.matches((r.spec.get("metadata") or {}).get("labels") or {}, terms)]
+
+
+def _get_attempts(
+    path: Path | None,
+    state: str | None,
+    name: str | None,
+    output: str,
+    namespace: str | None,
+    terms: attempts_view.Selector,
+) -> None:
+    """`nodus get attempts [-l ...]`: every attempt of the TrainingJobs' and Jobs' ranks that matches (a pure read)."""
+    _, store = _open(path, state)
+    try:
+        records = [*store.list("TrainingJob", namespace), *store.list("Job", namespace)]
+    finally:
+        store.close()
+    found = [a for a in attempts_view.attempts(records) if attempts_view.matches(a.labels, terms)]
+    if name is not None:
+        found = [a for a in found if a.name == name]
+    if output in ("json", "yaml"):
+        documents = [a.document() for a in found]
+        if output == "json":
+            print_json(documents[0] if len(documents) == 1 and name else {"items": documents})
+        else:
+            import yaml
+
+            line(yaml.safe_dump_all(documents, sort_keys=False).rstrip())
+        return
+    if output.startswith("jsonpath="):
+        for attempt in found:
+            line(jsonpath.evaluate(output.removeprefix("jsonpath="), attempt.document()))
+        return
+    if output not in ("table", "wide"):
+        raise ConfigError(f"-o {output!r} is not table, wide, yaml, json or jsonpath=TEMPLATE")
+    if not found:
+        line("No attempts found.")
+        return
+    titles, values = attempts_view.table(found, wide=output == "wide")
+    _table(titles, values)
 
 
 def _is_catalog(kind: str, namespace: str | None) -> bool:

@@ -16,10 +16,12 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
+from nodus.reconciler.controllers.attempts import attempts_of
 from nodus.reconciler.executors.local.job import signal_verified
 from nodus.reconciler.executors.ray import RayExecutor, cluster, netns
 from nodus.reconciler.executors.ray.jobs_client import RayJobsClient
@@ -127,3 +129,15 @@ def test_a_lost_member_restarts_the_gang_at_the_next_epoch_then_spent_restarts_f
         assert seen.message.startswith("rank 1 lost at epoch 1 on node "), seen.message
         assert seen.message.endswith("; 1 restart spent (recovery.maxAttempts 1)"), seen.message
         assert killed != again
+
+    # Each rank's attempts across the restart, with where each ran, how it ended, its boot or restore and its cost.
+    rows = {(row["rank"], row["epoch"]): row for row in attempts_of(seen.raw)}
+    assert sorted(rows) == [(0, 1), (0, 2), (1, 1), (1, 2)], rows
+    assert [rows[1, epoch]["reason"] for epoch in (1, 2)] == [Reason.NODE_LOST, Reason.NODE_LOST]
+    assert [rows[0, epoch]["phase"] for epoch in (1, 2)] == [Phase.CANCELLED, Phase.CANCELLED]
+    assert rows[1, 1]["node"].startswith(first.group(3)) and rows[1, 2]["node"].startswith(second.group(3))
+    assert rows[0, 1]["node"] == rows[0, 2]["node"]  # the survivor's machine, kept
+    assert [rows[rank, epoch]["start"] for rank, epoch in sorted(rows)] == ["Boot", "Restore", "Boot", "Restore"]
+    assert rows[1, 2]["restoreFrom"].startswith("file://") and "step-" in rows[1, 2]["restoreFrom"]
+    for row in rows.values():
+        assert row["readySeconds"] > 0 and Decimal(row["costUSD"]) >= 0 and row["endedAt"] >= row["readyAt"], row

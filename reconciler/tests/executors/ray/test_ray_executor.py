@@ -3,6 +3,7 @@ Unschedulable, observe of every Ray status with and without the node session's m
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -149,7 +150,7 @@ def test_observe_follows_rays_status_and_the_markers(ray_executor: RayExecutor, 
     assert (seen.phase, seen.lost, seen.ended) == ("Succeeded", False, True)
     outputs = ray_executor.outputs(PROJECT, NAME)
     assert outputs is not None and outputs.to_json() == manifest["files"]
-    with pytest.raises(ConfigError, match="come back only through executor.ray.registry"):
+    with pytest.raises(ConfigError, match=r"come back only through executor\.ray\.registry"):
         ray_executor.open_output(PROJECT, NAME, "adapter.bin")
 
 
@@ -244,3 +245,61 @@ def test_gradings_and_events_come_from_every_run_of_the_generation(ray_executor:
     with pytest.raises(ConfigError, match=r"has no generation 2 on Ray \(generations: 1\)"):
         ray_executor.outputs(PROJECT, NAME, generation=2)
     assert json.loads(fake_jobs.submissions[1].metadata["nodus.workload"])["key"]["name"] == NAME
+
+
+def test_each_run_of_a_single_node_job_is_an_attempt_of_rank_0_on_its_node(
+    ray_executor: RayExecutor, fake_jobs
+) -> None:
+    ray_executor.launch(workload())
+    fake_jobs.jobs[FIRST] = dataclasses.replace(fake_jobs.jobs[FIRST], driver_node_id="node-a", start_time_ms=1000)
+    fake_jobs.write_log(FIRST, marker("final", status("Suspended", costUSD="0.30")))
+    fake_jobs.set_status(FIRST, "SUCCEEDED")
+    ray_executor.resume(PROJECT, NAME)
+    resumed = f"{FIRST}-r1"
+    fake_jobs.jobs[resumed] = dataclasses.replace(fake_jobs.jobs[resumed], driver_node_id="node-b", start_time_ms=9000)
+    fake_jobs.write_log(resumed, marker("status", status("Running", costUSD="0.45")))
+    fake_jobs.set_status(resumed, "RUNNING")
+    rows = ray_executor.observe(PROJECT, NAME).raw["attempts"]
+    assert rows == [
+        {
+            "rank": 0,
+            "attempt": 1,
+            "run": 0,
+            "node": "node-a",
+            "startedAt": 1.0,
+            "phase": "Suspended",
+            "costUSD": "0.300000",
+        },
+        {
+            "rank": 0,
+            "attempt": 1,
+            "run": 1,
+            "node": "node-b",
+            "startedAt": 9.0,
+            "phase": "Running",
+            "costUSD": "0.150000",
+        },
+    ]
+
+
+def test_every_submission_names_itself_and_a_registry_channel_travels_without_credentials(
+    fake_jobs, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nodus.reconciler.executors.ray.channel import RegistryChannel
+    from nodus.reconciler.project import Project
+
+    monkeypatch.setenv("NODUS_REGISTRY_USERNAME", "robot")
+    monkeypatch.setenv("NODUS_REGISTRY_PASSWORD", "s3cret")
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "ray-owner.json").write_text('{"owner": "0a1b2c3d"}\n')
+    (tmp_path / "nodus.lock").write_text("lockfileVersion: 1\n")
+    channel = RegistryChannel.parse("registry.internal:5000/nodus/ray", insecure=True)
+    executor = RayExecutor(fake_jobs, tmp_path / "jobs", channel=channel, project=Project.find(tmp_path))
+    executor.launch(workload())  # names no input: nothing is pushed
+    (submission,) = fake_jobs.submissions
+    assert submission.env_vars["NODUS_SUBMISSION_ID"] == FIRST
+    assert submission.env_vars["NODUS_CHANNEL_REGISTRY"] == "registry.internal:5000/nodus/ray"
+    assert submission.env_vars["NODUS_CHANNEL_INSECURE"] == "1" and "NODUS_INPUTS" not in submission.env_vars
+    assert "s3cret" not in json.dumps(dict(submission.env_vars)) + json.dumps(dict(submission.metadata))
+    with pytest.raises(ValueError, match="give the project"):
+        RayExecutor(fake_jobs, tmp_path / "jobs", channel=channel)

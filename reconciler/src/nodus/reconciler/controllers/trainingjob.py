@@ -31,6 +31,7 @@ from nodus.builder.lockfile import Lock
 from nodus.errors import ConfigError
 from nodus.reconciler.controllers import sandbox as sandboxes
 from nodus.reconciler.controllers.admission import Admission, admit
+from nodus.reconciler.controllers.attempts import attempts_of
 from nodus.reconciler.controllers.export import exported_status
 from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.controllers.volume import ensure_model
@@ -412,6 +413,9 @@ def job_status(jobs: Executor, record: ResourceRecord) -> JSONObject:
         status["topology"] = record.status.get("topology") or raw["topology"]
     if isinstance(raw.get("gang"), dict):  # its epoch, restarts and where each rank runs now
         status["gang"] = raw["gang"]
+    rows = attempts_of(raw)
+    if rows:  # each rank's attempts with placement and cost (`nodus get attempts`)
+        status["attempts"] = rows
     if status["phase"] == Phase.SUCCEEDED:
         # Every file the trainer wrote under its outputs is an output, named by its path (the seeds'
         # `-o jsonpath='{.status.outputs[*].name}'`), with the size and sha256 `nodus cp` checks it against.

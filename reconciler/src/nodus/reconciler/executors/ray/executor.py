@@ -232,8 +232,9 @@ class RayExecutor:
                 return Observation.of(held)
             if not runs:
                 raise ConfigError(f"there is no job {project}/{name} on Ray")
-            return self._observation(runs[-1], notes, latest=True)
-        return self._observation(self._generation_runs(project, name, generation, runs)[-1], notes, latest=False)
+            return self._observation(runs[-1], notes, latest=True, runs=runs)
+        chosen = self._generation_runs(project, name, generation, runs)
+        return self._observation(chosen[-1], notes, latest=False, runs=chosen)
 
     def is_alive(self, project: str, name: str) -> bool:
         """Its latest run is pending or running on Ray (the node session, and so its supervisor, lives)."""
@@ -435,10 +436,15 @@ class RayExecutor:
             for key, job in found
         ]
 
-    def _observation(self, run: Run, notes: Mapping[str, Any], *, latest: bool) -> Observation:
+    def _observation(self, run: Run, notes: Mapping[str, Any], *, latest: bool, runs: Sequence[Run]) -> Observation:
         stream, job = run.stream, run.job
         stop = (notes.get("stops") or {}).get(run.submission_id)
-        base = {"generation": run.key.generation, "attempt": run.key.attempt, "raySubmissionId": run.submission_id}
+        base = {
+            "generation": run.key.generation,
+            "attempt": run.key.attempt,
+            "raySubmissionId": run.submission_id,
+            "attempts": attempts([other for other in runs if other.key.generation == run.key.generation]),
+        }
         reported = {**base, **(stream.final or stream.status or {}), "events": stream.events[-100:]}
         if stream.final is not None and (stop is None or stream.final.get("phase") in ENDED_PHASES):
             return Observation.of(reported)
@@ -535,6 +541,37 @@ class RayLog:
         if generation != self._executor._latest_generation(project, name):
             return True
         return self._executor.observe(project, name).ended
+
+
+def attempts(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """Each rank's attempts across the runs of one generation, oldest first: a gang's as its coordinator recorded
+    them (`status.gang.attempts`, every epoch of every run), a single-node job's one per run (rank 0, on the node
+    Ray placed its session, its cost that run's share)."""
+    rows: list[dict[str, Any]] = []
+    before = Decimal(0)
+    for run in runs:
+        report = run.stream.final or run.stream.status or {}
+        recorded = (report.get("gang") or {}).get("attempts") if isinstance(report.get("gang"), dict) else None
+        if isinstance(recorded, list):
+            rows.extend(dict(row) for row in recorded if isinstance(row, dict))
+            continue
+        row: dict[str, Any] = {"rank": 0, "attempt": run.key.attempt, "run": run.key.run}
+        if run.job.driver_node_id:
+            row["node"] = run.job.driver_node_id
+        if run.job.start_time_ms:
+            row["startedAt"] = run.job.start_time_ms / 1000
+        if run.job.end_time_ms:
+            row["endedAt"] = run.job.end_time_ms / 1000
+        row["phase"] = report.get("phase") or Phase.PENDING
+        if report.get("reason"):
+            row["reason"] = report["reason"]
+        cost = report.get("costUSD")
+        if isinstance(cost, str):
+            total = Decimal(cost)
+            row["costUSD"] = usd(total - before if total >= before else total)  # a run resumed on its node goes on
+            before = total
+        rows.append(row)
+    return rows
 
 
 def _artifact(run: Run) -> dict[str, Any] | None:

@@ -23,9 +23,14 @@ every rank from the latest committed gang checkpoint (`NODUS_RESTORE_URI`, `gang
 A stop (Ray's SIGTERM: suspend or cancel) is never turned into a restart: the members are stopped and the
 coordinator exits with no final marker, as the executor expects of a stopped run.
 
+Attempts: every rank of every epoch is one attempt (`status.gang.attempts`, which `nodus get attempts -l
+nodus.dev/rank=N` lists): the node and address it ran on, when its machine was first asked for and when it was up
+and checked (its boot, or for a restarted epoch its restore, in `readySeconds`), the checkpoint it restored from, how
+it ended (Succeeded; Failed with TrainerFailed or NodeLost for the rank that ended the epoch; Cancelled for the ranks
+stopped with it) and its cost (the member's price from the request to the end).
+
 Not done yet: per-member supervisors (cost accounting, caps and the attempt API run only for single-node jobs),
-`status.topology` and attempts labelled `nodus.dev/rank`, and nodes that offer their GPU type only by label (a
-bundle can only reserve resources).
+and nodes that offer their GPU type only by label (a bundle can only reserve resources).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from ..workload import Workload
 from . import gang, gang_checkpoints, launchers, status_stream
 from .gang_member import STOP_GRACE_S, GangMember
 from .placement import RAY_GPU, Placement
+from .submission import run_number
 
 POLL_S: Final = 0.5
 """How often the coordinator reads the ranks' output and looks for an ended or lost member."""
@@ -111,7 +117,10 @@ class GangCoordinator:
             accounting_interval_s=workload.intervals.accounting_s,
         )
         self._accounted = 0.0
-        self._gang: dict[str, Any] = {"epoch": 0, "restarts": 0, "members": []}
+        self._gang: dict[str, Any] = {"epoch": 0, "restarts": 0, "members": [], "attempts": []}
+        self._run = run_number(submission_id)
+        self._requested_at = 0.0
+        """When this epoch's machines were first asked for (its first assembly try)."""
         self._assembly_failure = ""
         """Why the last assembly try failed (the run's message once every try has)."""
         self.stopping = threading.Event()
@@ -173,6 +182,7 @@ class GangCoordinator:
 
     def _assemble(self, epoch: int) -> list[Member] | None:
         """The gang's members, placed, up and checked; None after `tries` assemblies that failed (or a stop)."""
+        self._requested_at = time.time()
         for attempt in range(1, self.tries + 1):
             if self.stopping.is_set():
                 return None
@@ -191,6 +201,7 @@ class GangCoordinator:
                     + "; network check passed"
                 )
                 self._gang.update(epoch=epoch, members=[{"rank": m.rank, "node": m.node, "ip": m.ip} for m in members])
+                self._started_attempts(members, epoch)
                 self._status(Phase.RUNNING, None, f"epoch {epoch}: {len(members)} ranks running")
                 return members
             self._kill(members)
@@ -333,7 +344,41 @@ class GangCoordinator:
         self._kill(members)
         if end is None and not self.stopping.is_set():
             end = EpochEnd(Phase.SUCCEEDED, None, f"all {len(members)} ranks exited 0")
+        self._ended_attempts(epoch, end, restore_uri)
         return end or EpochEnd(Phase.FAILED, None, "stopped")
+
+    # --- attempts -------------------------------------------------------------------------------------------
+
+    def _started_attempts(self, members: list[Member], epoch: int) -> None:
+        """An attempt per rank of the epoch just assembled, Running."""
+        now = time.time()
+        for member in members:
+            self._gang["attempts"].append(
+                {
+                    "rank": member.rank,
+                    "epoch": epoch,
+                    "run": self._run,
+                    "node": member.node,
+                    "ip": member.ip,
+                    "start": "Boot" if epoch == 1 else "Restore",
+                    "requestedAt": round(self._requested_at, 3),
+                    "readyAt": round(now, 3),
+                    "readySeconds": round(now - self._requested_at, 3),
+                    "phase": Phase.RUNNING,
+                }
+            )
+
+    def _ended_attempts(self, epoch: int, end: EpochEnd | None, restore_uri: str | None) -> None:
+        """The epoch's attempts, ended: how, and what each member cost from its request to now."""
+        now = time.time()
+        for row in self._gang["attempts"]:
+            if row["epoch"] != epoch or row["run"] != self._run or row["phase"] != Phase.RUNNING:
+                continue
+            row.update(endedAt=round(now, 3), **_attempt_end(row["rank"], end))
+            if restore_uri is not None:
+                row["restoreFrom"] = restore_uri
+            seconds = Decimal(str(max(0.0, now - row["requestedAt"])))
+            row["costUSD"] = usd(self.workload.price_per_hour * seconds / Decimal(3600))
 
     def _drain(self, member: Member, epoch: int, *, final: bool = False) -> EpochEnd | None:
         """Write what the member's command printed since the last read; its loss when its actor is gone."""
@@ -433,6 +478,24 @@ class GangCoordinator:
     def _write(self, text: str) -> None:
         self.out.write(text)
         self.out.flush()
+
+
+def _attempt_end(rank: int, end: EpochEnd | None) -> dict[str, str]:
+    """How one rank's attempt ended, given how its epoch did."""
+    if end is None:
+        return {"phase": Phase.CANCELLED, "reason": Reason.CANCEL_REQUESTED, "message": "the run was stopped"}
+    if end.phase == Phase.SUCCEEDED:
+        return {"phase": Phase.SUCCEEDED, "reason": Reason.TRAINER_SUCCEEDED}
+    if end.rank == rank:
+        reason = Reason.NODE_LOST if end.lost else Reason.TRAINER_FAILED
+        return {"phase": Phase.FAILED, "reason": reason, "message": end.message}
+    if end.phase == Phase.SUSPENDED:
+        return {"phase": Phase.SUSPENDED, "reason": Reason.MAX_COST_REACHED, "message": end.message}
+    return {
+        "phase": Phase.CANCELLED,
+        "reason": Reason.CANCEL_REQUESTED,
+        "message": f"stopped with the epoch: {end.message}",
+    }
 
 
 def _unplaced(actors: list[Any]) -> list[Member]:

@@ -42,6 +42,8 @@ class RayJob:
     metadata: Mapping[str, str] = field(default_factory=dict)
     start_time_ms: int | None = None
     end_time_ms: int | None = None
+    driver_node_id: str | None = None
+    """The node its entrypoint runs on (the node session of a single-node job: where it is placed)."""
 
     @property
     def ended(self) -> bool:
@@ -186,6 +188,7 @@ def _ray_job(details: Any) -> RayJob:
         metadata=dict(details.metadata or {}),
         start_time_ms=details.start_time,
         end_time_ms=details.end_time,
+        driver_node_id=getattr(details, "driver_node_id", None) or None,
     )
 
 

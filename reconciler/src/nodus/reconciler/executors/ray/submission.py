@@ -55,5 +55,11 @@ def run_key(owner: str, project: str, name: str, identifier: str) -> RunKey | No
     return RunKey(int(found["generation"]), int(found["attempt"]), int(found["run"] or 0))
 
 
+def run_number(identifier: str) -> int:
+    """Which run of its attempt a submission id names (0: the first; N: the N-th resume), from its tail alone."""
+    found = _TAIL.search(identifier)
+    return int(found["run"] or 0) if found is not None else 0
+
+
 def _safe(text: str) -> str:
     return _UNSAFE.sub("-", text)
