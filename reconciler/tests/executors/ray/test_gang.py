@@ -40,6 +40,8 @@ def test_one_bundle_per_node_each_with_the_gpu_type_resource() -> None:
     placement = Placement("H100", 2, {GPU_TYPE_RESOURCE + "H100": 2.0})
     assert gang.bundles(workload, placement) == [{"CPU": 1.0, GPU_TYPE_RESOURCE + "H100": 2.0, "GPU": 2.0}] * 3
     assert gang.bundles(gang_workload(2), Placement()) == [{"CPU": 1.0}, {"CPU": 1.0}]
+    sized = Placement(num_cpus=4.0, memory_bytes=2**30)
+    assert gang.bundles(gang_workload(2), sized) == [{"CPU": 4.0, "memory": float(2**30)}] * 2
 
 
 def test_each_rank_gets_the_seeds_variables() -> None:

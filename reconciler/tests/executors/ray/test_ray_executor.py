@@ -112,6 +112,41 @@ def test_a_job_that_fits_no_node_is_pending_unschedulable_with_the_offers_tried(
     assert ray_executor.capabilities.gpu_types == ("l4-24g",)
 
 
+def test_cpu_and_memory_per_node_are_reserved_on_a_node_big_enough_beside_its_gpus(
+    ray_executor: RayExecutor, fake_jobs
+) -> None:
+    gib = 2**30
+    fake_jobs.cluster_nodes.append(
+        RayNode("small", True, {"CPU": 2.0, "memory": 8 * gib, GPU_TYPE_RESOURCE + "l4-24g": 1.0})
+    )
+    sized = Resources(gpu=GpuResources(types=("l4-24g",)), cpu=8, memoryBytes=32 * gib)
+    ray_executor.launch(workload().with_changes(resources=sized))
+    assert fake_jobs.submissions == []
+    assert ray_executor.observe(PROJECT, NAME).message == (
+        "no Ray node fits: l4-24g x1: no node that has it has 8 CPUs and 32Gi memory "
+        "(at most 2 CPUs and 8Gi memory on one node)"
+    )
+    fake_jobs.cluster_nodes.append(
+        RayNode("big", True, {"CPU": 16.0, "memory": 64 * gib, GPU_TYPE_RESOURCE + "l4-24g": 1.0})
+    )
+    ray_executor.launch(workload().with_changes(resources=sized))
+    (submission,) = fake_jobs.submissions
+    assert (submission.num_cpus, submission.memory_bytes) == (8.0, 32 * gib)
+    assert dict(submission.resources) == {GPU_TYPE_RESOURCE + "l4-24g": 1.0}
+
+
+def test_a_cpu_job_bigger_than_every_node_is_unschedulable_with_the_largest(
+    ray_executor: RayExecutor, fake_jobs
+) -> None:
+    ray_executor.launch(workload().with_changes(resources=Resources(cpu=64)))
+    assert ray_executor.observe(PROJECT, NAME).message == (
+        "no Ray node fits: 64 CPUs: no node has that (at most 2 CPUs and 0Gi memory on one node)"
+    )
+    ray_executor.launch(workload())  # asked again for one CPU (the default): placed, Ray queues it if it must
+    (submission,) = fake_jobs.submissions
+    assert (submission.num_cpus, submission.memory_bytes) == (1.0, None)
+
+
 def test_the_first_gpu_type_some_node_offers_is_reserved_as_its_resource(ray_executor: RayExecutor, fake_jobs) -> None:
     fake_jobs.cluster_nodes.append(RayNode("w1", True, {"CPU": 4.0, GPU_TYPE_RESOURCE + "l4-24g": 1.0}))
     ray_executor.launch(workload(gpu=GpuResources(types=("h100-80g", "l4-24g"))))

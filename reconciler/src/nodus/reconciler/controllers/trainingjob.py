@@ -55,7 +55,7 @@ from nodus.reconciler.references import runtime_key
 from nodus.reconciler.state.records import JSONObject, Launch, ResourceKey, ResourceRecord, StateStore, spec_hash
 from nodus.specs import topology
 from nodus.specs.status_names import Phase, Reason
-from nodus.specs.types import parse_duration
+from nodus.specs.types import parse_duration, parse_quantity
 
 PRICE_VARIABLE = LOCAL_PRICE_VARIABLE
 """US dollars per hour this machine costs (else the price table's `cpu.local`, 0 by default: your own machine);
@@ -308,11 +308,11 @@ def intervals() -> Intervals:
 
 
 def resources_of(spec: JSONObject, launcher: str | None = None) -> Resources | None:
-    """`spec.resources` of a TrainingJob or Job as the workload names them (GPU types and count, nodes), and a
-    Job's gang (`spec.distributed`: its nodes, startupTimeout and maxAssemblyRetries; `spec.recovery.maxAttempts`
-    for its restarts) with its launcher (`spec.launcher`, else
-    `launcher`, the runtime's); None where the resource leaves them all out (the runtime's presets are the
-    estimator's, not a request)."""
+    """`spec.resources` of a TrainingJob or Job as the workload names them (GPU types and count, nodes, CPU cores and
+    memory per node), and a Job's gang (`spec.distributed`: its nodes, startupTimeout and maxAssemblyRetries;
+    `spec.recovery.maxAttempts` for its restarts) with its launcher (`spec.launcher`, else `launcher`, the
+    runtime's); None where the resource leaves them all out (the runtime's presets are the estimator's, not a
+    request)."""
     resources = spec.get("resources")
     distributed = spec.get("distributed")
     if not isinstance(resources, dict) and not isinstance(distributed, dict):
@@ -334,9 +334,12 @@ def resources_of(spec: JSONObject, launcher: str | None = None) -> Resources | N
     recovery = spec.get("recovery")
     if isinstance(recovery, dict) and recovery.get("maxAttempts") is not None:
         gang["max_restarts"] = int(recovery["maxAttempts"])
+    memory = resources.get("memory")
     return Resources(
         gpu=wanted,
         nodes=shape.nodes,
+        cpu=int(resources["cpu"]) if resources.get("cpu") is not None else None,
+        memory_bytes=parse_quantity(memory) if memory is not None else None,
         launcher=str(spec.get("launcher") or launcher or "Plain"),
         **gang,
     )

@@ -59,6 +59,10 @@ class Resources(WorkloadModel):
 
     gpu: GpuResources | None = None
     nodes: int = Field(default=1, ge=1)
+    cpu: int | None = Field(default=None, ge=1)
+    """CPU cores per node (`resources.cpu`); None: one, for the session and its trainer."""
+    memory_bytes: int | None = Field(default=None, ge=1, alias="memoryBytes")
+    """Memory per node in bytes (`resources.memory`); None: whatever the node has."""
     launcher: str = "Plain"
     """How each member of a gang runs the command (`Plain`, `Torchrun`, ...): the seeds' launchers."""
     startup_timeout_s: float = Field(default=900.0, gt=0, alias="startupTimeoutS")

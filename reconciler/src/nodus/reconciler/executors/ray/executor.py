@@ -211,6 +211,7 @@ class RayExecutor:
             metadata={PROJECT_KEY: workload.project, NAME_KEY: workload.name, WORKLOAD_KEY: workload.to_json()},
             num_gpus=placement.num_gpus,
             num_cpus=placement.num_cpus,
+            memory_bytes=placement.memory_bytes,
             resources=placement.resources,
             label_selector=placement.label_selector,
         )

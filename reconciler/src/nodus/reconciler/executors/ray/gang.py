@@ -59,8 +59,10 @@ def placement_group_name(submission_id: str, attempt: int = 1) -> str:
 
 
 def bundles(workload: Workload, placement: Placement) -> list[dict[str, float]]:
-    """One bundle per node, each the job's per-node resources (one CPU for the member, its GPUs)."""
+    """One bundle per node, each the job's per-node resources (its CPUs, one by default, its memory, its GPUs)."""
     bundle: dict[str, float] = {"CPU": placement.num_cpus, **placement.resources}
+    if placement.memory_bytes:
+        bundle["memory"] = float(placement.memory_bytes)
     if placement.num_gpus:
         bundle[RAY_GPU] = float(placement.num_gpus)
     nodes = workload.resources.nodes if workload.resources is not None else 1

@@ -283,10 +283,12 @@ class GangCoordinator:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         bundle = self.wanted[rank]
+        options: dict[str, Any] = {"memory": int(bundle["memory"])} if bundle.get("memory") else {}
         return {
+            **options,
             "num_cpus": bundle["CPU"],
             "num_gpus": bundle.get(RAY_GPU, 0),
-            "resources": {key: value for key, value in bundle.items() if key not in ("CPU", RAY_GPU)},
+            "resources": {key: value for key, value in bundle.items() if key not in ("CPU", RAY_GPU, "memory")},
             "scheduling_strategy": PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=rank),
             "max_restarts": 0,  # a lost member is the coordinator's to handle: the whole gang restarts
             "max_concurrency": 4,  # `output` and `stop` answer while `run` waits on the command

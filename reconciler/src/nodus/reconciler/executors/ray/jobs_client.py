@@ -70,6 +70,7 @@ class Submission:
     metadata: Mapping[str, str]
     num_gpus: float | None = None
     num_cpus: float | None = None
+    memory_bytes: int | None = None
     resources: Mapping[str, float] = field(default_factory=dict)
     label_selector: Mapping[str, str] = field(default_factory=dict)
 
@@ -127,6 +128,7 @@ class RayJobsClient:
             metadata=dict(submission.metadata),
             entrypoint_num_gpus=submission.num_gpus,
             entrypoint_num_cpus=submission.num_cpus,
+            entrypoint_memory=submission.memory_bytes,
             entrypoint_resources=dict(submission.resources) or None,
             entrypoint_label_selector=dict(submission.label_selector) or None,
         )

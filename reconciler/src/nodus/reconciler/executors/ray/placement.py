@@ -14,14 +14,15 @@ A workload that names several types takes the first one some alive node has room
 a busy node that fits is Ray's to queue the job on). One that fits no node is `Unschedulable`, with every offer
 tried and why it failed. Every entrypoint reserves one CPU (`SESSION_CPUS`) for the node session and the trainer
 under it: without a reservation Ray runs a job's driver on the head node, which `nodus cluster up` (as Ray advises
-for clusters) starts with no CPUs for work. The workload names no CPU count or memory yet (`Resources` has none),
-so no more is reserved.
+for clusters) starts with no CPUs for work. A workload that names CPU cores or memory per node (`resources.cpu`,
+`resources.memory`) reserves those instead (Ray's `CPU` and `memory` resources), on a node that has them besides its
+GPUs; where no alive node is that big, it is `Unschedulable` with the largest node's size.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from ..workload import Workload
@@ -45,6 +46,8 @@ class Placement:
     resources: Mapping[str, float] = field(default_factory=dict)
     label_selector: Mapping[str, str] = field(default_factory=dict)
     num_cpus: float = SESSION_CPUS
+    memory_bytes: int | None = None
+    """Ray's `memory` resource to reserve (bytes); None: none."""
 
 
 @dataclass(frozen=True)
@@ -54,19 +57,64 @@ class Unschedulable:
     message: str
 
 
+@dataclass(frozen=True)
+class Size:
+    """The CPU cores and memory one node must have (what `resources.cpu` and `resources.memory` ask for)."""
+
+    cpus: float = SESSION_CPUS
+    memory_bytes: int | None = None
+    asked: bool = False
+    """Whether the workload named either: only then is a node's size checked (else Ray queues the job)."""
+
+    def fits(self, node: RayNode) -> bool:
+        if not self.asked:
+            return True
+        memory = self.memory_bytes or 0
+        return node.resources.get("CPU", 0) >= self.cpus and node.resources.get("memory", 0) >= memory
+
+    def describe(self) -> str:
+        parts = [f"{self.cpus:g} CPUs"] + ([f"{_gib(self.memory_bytes)} memory"] if self.memory_bytes else [])
+        return " and ".join(parts)
+
+
+def size_of(workload: Workload) -> Size:
+    resources = workload.resources
+    if resources is None or (resources.cpu is None and resources.memory_bytes is None):
+        return Size()
+    return Size(float(resources.cpu or SESSION_CPUS), resources.memory_bytes, asked=True)
+
+
 def place(workload: Workload, nodes: Sequence[RayNode]) -> Placement | Unschedulable:
     """The placement of `workload` on the first GPU type of its list some alive node fits, or why none does."""
     gpu = workload.resources.gpu if workload.resources is not None else None
-    if gpu is None:
-        return Placement()
+    size = size_of(workload)
     alive = [node for node in nodes if node.alive]
+    if gpu is None:
+        if any(size.fits(node) for node in alive):
+            return Placement(num_cpus=size.cpus, memory_bytes=size.memory_bytes)
+        return Unschedulable(f"{size.describe()}: no node has that ({_largest(alive)})")
     tried = []
     for gpu_type in gpu.types:
-        placement, why = _offer(gpu_type, gpu.count, alive)
+        placement, why = _offer(gpu_type, gpu.count, [node for node in alive if size.fits(node)])
         if placement is not None:
-            return placement
+            return replace(placement, num_cpus=size.cpus, memory_bytes=size.memory_bytes)
+        if size.asked and _offer(gpu_type, gpu.count, alive)[0] is not None:
+            why = f"no node that has it has {size.describe()} ({_largest(alive)})"
         tried.append(f"{gpu_type} x{gpu.count}: {why}")
     return Unschedulable("; ".join(tried) if tried else "the workload names no GPU type")
+
+
+def _largest(nodes: Sequence[RayNode]) -> str:
+    """The most CPU cores and memory one alive node has, for an Unschedulable message."""
+    if not nodes:
+        return "no node is alive"
+    cpus = max(node.resources.get("CPU", 0) for node in nodes)
+    memory = max(node.resources.get("memory", 0) for node in nodes)
+    return f"at most {cpus:g} CPUs and {_gib(int(memory))} memory on one node"
+
+
+def _gib(size: int | None) -> str:
+    return f"{(size or 0) / 2**30:.3g}Gi"
 
 
 def offered_types(nodes: Sequence[RayNode]) -> tuple[str, ...]:
