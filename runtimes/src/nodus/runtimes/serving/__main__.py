@@ -20,7 +20,7 @@ from pathlib import Path
 
 from nodus.runtimes.serving.backend import API_KEY_ENV, Listen, ServeSpec, ServingError
 from nodus.runtimes.serving.model_folder import parse_adapter
-from nodus.runtimes.serving.server import serve
+from nodus.runtimes.serving.server import bind, release, serve
 from nodus.runtimes.serving.transformers_backend import EngineOptions, TransformersEngine
 
 
@@ -78,8 +78,14 @@ def main(argv: list[str] | None = None) -> int:
         options = EngineOptions(
             device=args.device, max_batch_size=args.max_batch_size, batch_window=args.batch_window_ms / 1000
         )
-        engine = TransformersEngine(spec, options)
-        return serve(engine, spec.listen, os.environ.get(API_KEY_ENV) or None)
+        # The address is claimed before the model loads: a taken port fails at once, not after a long load.
+        sock = bind(spec.listen)
+        try:
+            engine = TransformersEngine(spec, options)
+        except BaseException:
+            release(spec.listen, sock)
+            raise
+        return serve(engine, spec.listen, sock, os.environ.get(API_KEY_ENV) or None)
     except ServingError as error:
         print(f"nodus serving: {error}", file=sys.stderr)
         return 2

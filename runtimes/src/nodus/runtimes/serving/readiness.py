@@ -10,41 +10,19 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import subprocess
 import time
 from typing import Any
 
 from nodus.runtimes.serving.backend import Listen, ServingError
-
-
-class UnixHTTPConnection(http.client.HTTPConnection):
-    """HTTP over a Unix socket (the Host header stays `localhost`)."""
-
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.socket_path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self.socket_path)
-        self.sock = sock
-
-
-def connection(listen: Listen, timeout: float) -> http.client.HTTPConnection:
-    if listen.uds is not None:
-        return UnixHTTPConnection(str(listen.uds), timeout)
-    assert listen.port is not None  # Listen guarantees one of uds or port
-    return http.client.HTTPConnection(listen.host, listen.port, timeout=timeout)
+from nodus.runtimes.serving.client import connection
 
 
 def get(listen: Listen, path: str, *, timeout: float = 5.0, api_key: str | None = None) -> tuple[int, bytes]:
-    """(status, body) of GET `path`; OSError when nothing answers."""
+    """(status, raw body) of GET `path`; OSError when nothing answers."""
     conn = connection(listen, timeout)
     try:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        conn.request("GET", path, headers=headers)
+        conn.request("GET", path, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
         response = conn.getresponse()
         return response.status, response.read()
     finally:

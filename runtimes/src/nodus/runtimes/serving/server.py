@@ -378,23 +378,23 @@ async def run(engine: Engine, listen: Listen, sock: socket.socket, api_key: str 
     return server.signal_name
 
 
-def serve(engine: Engine, listen: Listen, api_key: str | None = None) -> int:
-    """Bind, serve, stop: the exit code of the process."""
-    try:
-        sock = bind(listen)
-    except ServingError:
-        engine.shutdown()
-        engine.close()
-        raise
+def release(listen: Listen, sock: socket.socket) -> None:
+    """Close the listening socket and remove a Unix socket's path."""
+    sock.close()
+    if listen.uds is not None:
+        with contextlib.suppress(FileNotFoundError):
+            listen.uds.unlink()
+
+
+def serve(engine: Engine, listen: Listen, sock: socket.socket, api_key: str | None = None) -> int:
+    """Serve on `sock` (from `bind(listen)`) until a signal, then stop the engine and release the socket: the exit
+    code of the process."""
     listen = bound_listen(listen, sock)
     try:
         stopped_by = asyncio.run(run(engine, listen, sock, api_key))
     finally:
         engine.shutdown()
         engine.close()
-        sock.close()
-        if listen.uds is not None:
-            with contextlib.suppress(FileNotFoundError):
-                listen.uds.unlink()
+        release(listen, sock)
     print(f"nodus serving: stopped{f' by {stopped_by}' if stopped_by else ''}", file=sys.stderr, flush=True)
     return 0

@@ -114,7 +114,7 @@ class TransformersModel:
             # CPUs run float32 (half precision is slow or missing there); GPUs take the dtype the config names.
             dtype: Any = "auto" if device.type == "cuda" else torch.float32
             model: Any = AutoModelForCausalLM.from_pretrained(spec.model, dtype=dtype)
-        except (OSError, ValueError, KeyError) as error:
+        except Exception as error:  # whatever the folder's files make transformers raise: bad input, one line
             raise ServingError(f"--model {spec.model}: cannot load: {one_line(error)}") from None
         model.to(device)
         self.adapter_names = tuple(adapter.spec.name for adapter in adapters)
@@ -124,7 +124,7 @@ class TransformersModel:
                     model = PeftModel.from_pretrained(model, str(adapter.spec.path), adapter_name=adapter.spec.name)
                 else:
                     model.load_adapter(str(adapter.spec.path), adapter_name=adapter.spec.name)
-            except (OSError, ValueError, KeyError, RuntimeError) as error:
+            except Exception as error:  # as for the model: the adapter folder's content is the cause
                 flag = f"--adapter {adapter.spec.name}={adapter.spec.path}"
                 raise ServingError(f"{flag}: cannot load over {spec.model}: {one_line(error)}") from None
         model.to(device)
@@ -260,7 +260,7 @@ def eos_ids(model: Path, tokenizer: Any) -> set[int]:
 
 
 def one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
+    text = f"{error.__class__.__name__}: {' '.join(str(error).split())}"
     return text[:300] + ("..." if len(text) > 300 else "")
 
 
