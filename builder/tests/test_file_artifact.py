@@ -57,7 +57,7 @@ def test_a_name_outside_the_artifact_is_refused(tmp_path: Path, name: str) -> No
 def test_reading_refuses_another_kind_and_layers_without_a_safe_unique_title(tmp_path: Path) -> None:
     manifest = write_artifact(tmp_path / "layout", KIND, files(tmp_path / "out"))
     raw = read_blob(tmp_path / "layout", manifest.digest)
-    with pytest.raises(BuildError, match="not an artifact of type application/vnd.nodus.other"):
+    with pytest.raises(BuildError, match=r"not an artifact of type application/vnd\.nodus\.other"):
         artifact_files(raw, "application/vnd.nodus.other", "outputs")
     document = json.loads(raw)
     document["layers"][1]["annotations"][TITLE] = document["layers"][0]["annotations"][TITLE]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import socket
 import subprocess
 import time
@@ -21,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
+from nodus.builder import host_programs
 from nodus.reconciler.executors.ray import netns as namespaces
 
 DOCKER_REGISTRY: Final = Path("/usr/bin/docker-registry")
@@ -32,7 +32,7 @@ class RegistryUnavailableError(RuntimeError):
 
 
 def installed() -> Path | None:
-    found = shutil.which("docker-registry")
+    found = host_programs.which("docker-registry")
     if found:
         return Path(found)
     return DOCKER_REGISTRY if DOCKER_REGISTRY.exists() else None

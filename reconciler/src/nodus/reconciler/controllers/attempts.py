@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from nodus.specs.status_names import Phase
+
 LOCAL_NODE: Final = "local"
 
 
@@ -29,14 +31,14 @@ def attempts_of(raw: Mapping[str, Any]) -> list[dict[str, Any]]:
             if session.get(field) is not None:
                 row[field] = session[field]
         rows.append(row)
-    if raw.get("phase") == "Running" and raw.get("sessionStartedAt"):
+    if raw.get("phase") == Phase.RUNNING and raw.get("sessionStartedAt"):
         rows.append(
             {
                 "rank": 0,
                 "attempt": raw.get("attempt"),
                 "node": LOCAL_NODE,
                 "startedAt": raw["sessionStartedAt"],
-                "phase": "Running",
+                "phase": Phase.RUNNING,
             }
         )
     return rows

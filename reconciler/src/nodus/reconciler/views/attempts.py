@@ -23,6 +23,8 @@ from typing import Any, Final
 
 from nodus.errors import ConfigError
 from nodus.reconciler.state.records import ResourceRecord
+from nodus.reconciler.views.columns import age
+from nodus.specs.status_names import Phase
 
 LABEL_PREFIX: Final = "nodus.dev/"
 TITLES: Final = ("NAME", "JOB", "RANK", "EPOCH", "NODE", "PHASE", "START", "READY", "COST", "AGE")
@@ -64,7 +66,7 @@ class Attempt:
         phase = self.row.get("phase")
         if phase:
             return str(phase)
-        return "Running" if self.row.get("endedAt") is None else "Ended"
+        return Phase.RUNNING if self.row.get("endedAt") is None else "Ended"
 
     def document(self) -> dict[str, Any]:
         """The attempt as `-o json` and `-o yaml` print it."""
@@ -137,6 +139,4 @@ def _text(value: Any) -> str:
 
 
 def _age(seconds: float) -> str:
-    from nodus.reconciler.views.columns import age
-
     return age(max(0.0, seconds))
