@@ -43,6 +43,10 @@ class Phase(StrEnum):
     CANCELLING = "Cancelling"
     """On the way to Cancelled (the seeds' AgentGroup); no nodus controller writes it yet."""
 
+    # Services (InferenceEndpoint): kept up by their executor until stopped.
+    STOPPED = "Stopped"
+    """A service stopped on request (`nodus stop ep/NAME`, `spec.state: Stopped`): it answers 503 until started."""
+
     # Things that are made once and then used (Environment, Volume, TrainingRuntime): their controllers.
     READY = "Ready"
     """Usable: an Environment whose image digest is verified, a Volume whose folder exists, a runtime stored."""
@@ -133,7 +137,13 @@ class Reason(StrEnum):
     MODEL_NOT_CACHED = "ModelNotCached"
     """Pending: the pinned model revision is not in the model cache yet (requeued)."""
     NOT_READY = "NotReady"
-    """An Environment that is not Ready and says no reason of its own."""
+    """An Environment that is not Ready and says no reason of its own; a service that does not answer its readiness
+    probe yet (starting, loading its model)."""
+    SERVICE_EXITED = "ServiceExited"
+    """A service's process exited and its supervisor starts it again (Pending), or gave up after its restarts in a
+    row (Failed, with the last lines of its log)."""
+    STOP_REQUESTED = "StopRequested"
+    """Stopped: a service stopped on request."""
     REPLACED = "Replaced"
     """Pending: a replace ended the generation before; the next one launches."""
     EXECUTOR_LACKS_GANGS = "ExecutorLacksGangs"

@@ -75,6 +75,7 @@ from .job import (
 )
 from .outputs import copy_verified, inside, manifest, recorded, sources_in
 from .resolve import resolve
+from .services import LocalServices
 
 SUPERVISOR_MODULE: Final = "nodus.reconciler.executors.local.supervisor"
 HEARTBEATS_MISSED: Final = 3
@@ -91,8 +92,10 @@ KEEP_ON_SET_ASIDE: Final = frozenset({".executor.lock", "supervisor.lock", "gene
 """Left at the top when a generation is set aside: the locks (others may hold them open), the earlier generations,
 and the spec and workload, which the next launch overwrites (until then they say which generation the folder
 holds)."""
-LOCAL_CAPABILITIES: Final = Capabilities(gangs=False, gpu_types=(), services=False)
-"""Processes on this machine: no gangs, no GPU placement, no services (yet)."""
+LOCAL_CAPABILITIES: Final = Capabilities(gangs=False, gpu_types=(), services=True)
+"""Processes on this machine: no gangs, no GPU placement; services kept up by supervisors (`services.py`)."""
+SERVICES_FOLDER: Final = "services"
+"""Beside the jobs folder: the services' folders (`services.py`)."""
 LIVE_PHASES: Final = frozenset({PENDING, RUNNING})
 """Phases in which a job's supervisor should be alive: a job in one without it is lost."""
 SET_ASIDE: Final = ("outputs", "outputs.json", "logs", "input", "status.json")
@@ -118,6 +121,8 @@ class LocalExecutor:
         self.grading = grading or GradingSettings()
         self.python = python
         self.record_wire = record_wire
+        self.services = LocalServices(jobs_root.parent / SERVICES_FOLDER, jobs_root, project, python)
+        """The services this machine keeps up (InferenceEndpoints' model servers, the gateway)."""
 
     @property
     def capabilities(self) -> Capabilities:

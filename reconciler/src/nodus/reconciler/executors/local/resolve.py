@@ -43,7 +43,8 @@ def resolve(workload: Workload, project: Project | None, *, python: str = sys.ex
     none of them."""
     env = dict(workload.env)
     if workload.model is not None:
-        env[MODEL_VARIABLE] = str(model_path(workload.model, workload, project))
+        label = f"workload {workload.key.project}/{workload.key.name}"
+        env[MODEL_VARIABLE] = str(model_path(workload.model, workload.key.project, label, project))
     environment = None
     if workload.environment is not None:
         environment = environment_spec(workload.environment, workload, project)
@@ -127,9 +128,9 @@ def _write_whole(target: Path, data: bytes) -> None:
         raise
 
 
-def model_path(model: ModelArtifact, workload: Workload, project: Project | None) -> Path:
-    """Where the model is on this host: the imported copy of its URI, or its Volume's revision folder."""
-    label = f"workload {workload.key.project}/{workload.key.name}"
+def model_path(model: ModelArtifact, owner: str, label: str, project: Project | None) -> Path:
+    """Where the model is on this host: the imported copy of its URI, or its Volume's revision folder (a Volume of
+    project `owner`, the workload's). Errors start with `label`."""
     if project is None:
         raise ConfigError(f"{label}: model: this executor has no project to find models in")
     if model.uri is not None:
@@ -137,7 +138,7 @@ def model_path(model: ModelArtifact, workload: Workload, project: Project | None
             raise ConfigError(f"{label}: model.uri: {model.uri} is not imported into {project.files.root / 'models'}")
         return model_folder(project, model.uri)
     assert model.volume is not None  # ModelArtifact names exactly one
-    folder = volume_folder(project, workload.key.project, model.volume.name, model.volume.revision)
+    folder = volume_folder(project, owner, model.volume.name, model.volume.revision)
     if not folder.is_dir():
         raise ConfigError(f"{label}: model.volume: Volume {model.volume.name} has no revision {model.volume.revision}")
     return folder
