@@ -253,7 +253,7 @@ def _parse_document(doc: Document, file: str, explicit: bool, result: ParseResul
     try:
         resource = cls.model_validate(data)
     except ValidationError as exc:
-        for err in exc.errors(include_url=False):
+        for err in _one_branch(exc.errors(include_url=False)):
             loc = tuple(err["loc"])
             message, at_key = _message(err, cls)
             position_path = loc[:-1] if err["type"] == "missing" else loc
@@ -431,6 +431,46 @@ def _closest_api(api: str) -> str:
 
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_./-]+$")
+
+
+_PRIMITIVE_BRANCHES = frozenset({"str", "int", "float", "bool", "none"})
+
+
+def _branch(part: object) -> str | None:
+    """`str`, or `model` for a model branch, when `part` of an error's location names the branch of a union pydantic
+    tried (`str`, `function-after[_one_source(), EndpointModel]`, `EndpointModel`); None for a field or an index."""
+    if not isinstance(part, str):
+        return None
+    if part in _PRIMITIVE_BRANCHES:
+        return "str"
+    if "[" in part or part[:1].isupper():
+        return "model"
+    return None
+
+
+def _one_branch(errors: list[Any]) -> list[Any]:
+    """The errors of a value given for a union (`model: str | EndpointModel`) as one field has them: only the branch
+    the value's shape chose (a mapping: the model; anything else: the plain value), without the branch's name in the
+    location, so `spec.model: set exactly one of ...` is said, not `spec.model.str: must be a string`."""
+    kept = []
+    for err in errors:
+        loc = list(err["loc"])
+        for index, part in enumerate(loc):
+            branch = _branch(part)
+            if branch is None:
+                continue
+            # The value given for the union: the str branch's input is it; a model branch's error is about it too.
+            given_mapping = err["type"] == "string_type" and isinstance(err.get("input"), dict)
+            if branch == "str" and given_mapping:
+                break
+            if branch == "model" and err["type"] in ("model_type", "dict_type"):
+                break
+            del loc[index]
+            kept.append({**err, "loc": tuple(loc)})
+            break
+        else:
+            kept.append(err)
+    return kept or errors
 
 
 def _dotted(loc: Loc) -> str:
