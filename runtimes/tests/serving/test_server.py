@@ -204,10 +204,35 @@ def test_a_client_that_goes_away_stops_its_generation(server: ServingClient) -> 
         record = ok(server, f"/stats/requests/{rid}")
     assert record["state"] == "cancelled"
     produced = record["completion_tokens"]
-    print("produced before the hang-up was seen:", produced)
     assert 3 <= produced < 240  # well before max_tokens
     time.sleep(0.5)
     assert ok(server, f"/stats/requests/{rid}")["completion_tokens"] == produced
+
+
+def test_a_waiting_client_that_goes_away_stops_its_generation_too(server: ServingClient) -> None:
+    rid = f"gone-whole-{time.monotonic_ns()}"
+    conn = server.connection()
+    body = {"model": "tiny", "prompt": "apple", "max_tokens": 480, "temperature": 0, "ignore_eos": True}
+    conn.request(
+        "POST",
+        "/v1/completions",
+        body=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "X-Request-Id": rid},
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # until the request is under way (404 before the server has read it)
+        status, early = server.get(f"/stats/requests/{rid}")
+        if status == 200 and early["completion_tokens"] >= 3:
+            break
+        time.sleep(0.01)
+    conn.sock.close()  # hang up before the answer
+    conn.close()
+    record = ok(server, f"/stats/requests/{rid}")
+    while record["state"] != "cancelled" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        record = ok(server, f"/stats/requests/{rid}")
+    assert record["state"] == "cancelled"
+    assert record["completion_tokens"] < 480
 
 
 def test_embeddings_have_the_models_width_and_repeat(server: ServingClient, tokenizer: Any) -> None:

@@ -257,10 +257,10 @@ async def until_finished_or_gone(request: Request, ticket: Ticket) -> Finished |
         await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
-        if not result.done():
+        if not result.done():  # the client left first (or this handler was cancelled): stop the generation
             ticket.cancel()
             result.cancel()
-    return result.result() if not result.cancelled() else None
+    return result.result() if result.done() and not result.cancelled() else None
 
 
 def create_app(engine: Engine, api_key: str | None = None) -> Starlette:
