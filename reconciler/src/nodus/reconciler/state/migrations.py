@@ -116,6 +116,96 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        3,
+        "the inference ledger: API keys, requests (receipts and holds), spend, idempotency keys, gateway processes",
+        (
+            # Written by nodus.reconciler.inference.ledger only, every write under the store's writer lock.
+            # Amounts are integer nano-dollars (exact sums on both backends; SQLite has no exact decimal type).
+            """CREATE TABLE inference_keys (
+                project TEXT NOT NULL,
+                name TEXT NOT NULL,
+                scopes TEXT NOT NULL,
+                secret_sha256 TEXT NOT NULL UNIQUE,
+                secret_hint TEXT NOT NULL,
+                created_at DOUBLE PRECISION NOT NULL,
+                revoked_at DOUBLE PRECISION,
+                PRIMARY KEY (project, name)
+            )""",
+            # One row per admitted request: its hold while Running, its receipt afterwards (kept 30 days), and
+            # the entry the endpoint's rpm and tpm windows count.
+            """CREATE TABLE inference_requests (
+                id TEXT PRIMARY KEY,
+                project TEXT NOT NULL,
+                endpoint TEXT NOT NULL,
+                key_name TEXT NOT NULL,
+                operation TEXT NOT NULL,
+                model TEXT NOT NULL,
+                state TEXT NOT NULL,
+                gateway TEXT NOT NULL,
+                admitted_at DOUBLE PRECISION NOT NULL,
+                finished_at DOUBLE PRECISION,
+                day TEXT NOT NULL,
+                held_input_tokens BIGINT NOT NULL,
+                held_output_tokens BIGINT NOT NULL,
+                hold_nanos BIGINT NOT NULL,
+                window_tokens BIGINT NOT NULL,
+                input_tokens BIGINT NOT NULL DEFAULT 0,
+                cached_input_tokens BIGINT NOT NULL DEFAULT 0,
+                output_tokens BIGINT NOT NULL DEFAULT 0,
+                amount_nanos BIGINT NOT NULL DEFAULT 0,
+                input_usd_per_million TEXT NOT NULL,
+                output_usd_per_million TEXT NOT NULL,
+                pricebook_version TEXT NOT NULL,
+                idempotency_key TEXT,
+                outcome TEXT NOT NULL DEFAULT '',
+                answer_status INTEGER,
+                answer_type TEXT,
+                answer_body TEXT
+            )""",
+            "CREATE INDEX inference_requests_window ON inference_requests (project, endpoint, admitted_at)",
+            "CREATE INDEX inference_requests_state ON inference_requests (state, gateway)",
+            # Per endpoint: what it ever spent (maxCostUSD counts it all), what running requests hold, how many
+            # run, and its labels as last seen (a Budget's selector matches them, after a delete too).
+            """CREATE TABLE inference_endpoint_spend (
+                project TEXT NOT NULL,
+                endpoint TEXT NOT NULL,
+                labels TEXT NOT NULL,
+                settled_nanos BIGINT NOT NULL,
+                held_nanos BIGINT NOT NULL,
+                running BIGINT NOT NULL,
+                PRIMARY KEY (project, endpoint)
+            )""",
+            # Settled spend per endpoint and UTC day (YYYY-MM-DD): Daily, Monthly and Total Budgets sum it.
+            """CREATE TABLE inference_daily_spend (
+                project TEXT NOT NULL,
+                endpoint TEXT NOT NULL,
+                day TEXT NOT NULL,
+                settled_nanos BIGINT NOT NULL,
+                PRIMARY KEY (project, endpoint, day)
+            )""",
+            """CREATE TABLE inference_idempotency (
+                project TEXT NOT NULL,
+                key_name TEXT NOT NULL,
+                idempotency_key TEXT NOT NULL,
+                body_sha256 TEXT NOT NULL,
+                request_id TEXT NOT NULL,
+                created_at DOUBLE PRECISION NOT NULL,
+                PRIMARY KEY (project, key_name, idempotency_key)
+            )""",
+            # Gateway processes, so the requests of one that died are found (its pid on its host, its heartbeat).
+            """CREATE TABLE inference_gateways (
+                id TEXT PRIMARY KEY,
+                host TEXT NOT NULL,
+                pid BIGINT NOT NULL,
+                process_start TEXT NOT NULL,
+                listen TEXT NOT NULL,
+                started_at DOUBLE PRECISION NOT NULL,
+                heartbeat_at DOUBLE PRECISION NOT NULL,
+                stopped_at DOUBLE PRECISION
+            )""",
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

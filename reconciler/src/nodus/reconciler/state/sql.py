@@ -24,7 +24,7 @@ import threading
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -578,6 +578,24 @@ class SqlStore(ABC):
             for row in rows
         )
         return sorted(found, key=lambda record: record.key)
+
+    # ---- other modules' tables (the inference ledger): their SQL, this store's connections and locks
+
+    def write_transaction(self) -> AbstractContextManager[None]:
+        """A transaction that holds the writer lock from its first statement to its commit: what it reads cannot
+        change under it, so a check and the write it allows are one atomic step (admitting a request under a
+        limit). Nested calls join the outer transaction. Not counted by the serial: no saved plan reads these."""
+        return self._writing()
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> Cursor:
+        """One statement (`?` placeholders on both backends); a write belongs inside `write_transaction()`."""
+        return self._run(sql, params)
+
+    def fetch_one(self, sql: str, params: Sequence[object] = ()) -> Row | None:
+        return self._one(sql, params)
+
+    def fetch_all(self, sql: str, params: Sequence[object] = ()) -> builtins.list[Row]:
+        return self._all(sql, params)
 
     # ---- values and the serial
 
