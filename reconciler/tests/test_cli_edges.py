@@ -85,35 +85,35 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_every_kind_either_has_a_controller_or_is_stored_only() -> None:
     assert set(BY_KIND) >= CONTROLLED_KINDS
     stored_only = {kind for kind in BY_KIND if not has_controller(kind)}
-    assert {"InferenceEndpoint", "Agent", "AgentRun", "AgentGroup", "Secret", "Budget"} <= stored_only
+    assert {"Agent", "AgentRun", "AgentGroup", "Secret", "Budget"} <= stored_only
 
 
 def test_a_kind_nothing_runs_says_so_at_plan_apply_get_and_describe(project: Path) -> None:
-    (project / "endpoint.yaml").write_text(ENDPOINT)
-    note = "stored only: nodus has no controller for InferenceEndpoint yet (nothing runs it)"
+    (project / "agent.yaml").write_text(AGENT)
+    note = "stored only: nodus has no controller for Agent yet (nothing runs it)"
     code, out, err = nodus("plan", ".")
     assert code == 2, err
-    assert f"InferenceEndpoint/support-bot: {note}" in out.splitlines()
+    assert f"Agent/worker: {note}" in out.splitlines()
 
     code, out, err = nodus("plan", ".", "-o", "markdown")
-    assert "### Stored only" in out and f"- InferenceEndpoint/support-bot: {note}" in out
+    assert "### Stored only" in out and f"- Agent/worker: {note}" in out
 
     code, out, err = nodus("apply", ".", "--yes")
     assert code == 0, out + err
-    assert "InferenceEndpoint/support-bot: created" in err
-    assert f"InferenceEndpoint/support-bot: {note}" in err
+    assert "Agent/worker: created" in err
+    assert f"Agent/worker: {note}" in err
 
-    code, out, _ = nodus("get", "ep", "support-bot", "-o", "json")
+    code, out, _ = nodus("get", "agent", "worker", "-o", "json")
     status = json.loads(out)["status"]
     assert (status["phase"], status["reason"]) == ("Unsupported", "NoController")
-    assert status["message"] == "nodus has no controller for InferenceEndpoint yet (nothing runs it)"
-    code, out, _ = nodus("get", "ep", "-o", "wide")
+    assert status["message"] == "nodus has no controller for Agent yet (nothing runs it)"
+    code, out, _ = nodus("get", "agent", "-o", "wide")
     header, row = out.splitlines()[:2]
     cells = dict(zip(header.split(), row.split(), strict=True))
     assert cells["PHASE"] == "Unsupported" and cells["HEALTH"] == "Unknown"
     assert "Healthy" not in out
 
-    code, out, _ = nodus("describe", "ep/support-bot")
+    code, out, _ = nodus("describe", "agent/worker")
     assert code == 0
     assert f"Warning:     {note}; the spec below is what was asked for" in out
     assert "phase: Unsupported" in out and "Warning  NoController" in out
@@ -122,7 +122,7 @@ def test_a_kind_nothing_runs_says_so_at_plan_apply_get_and_describe(project: Pat
     # and does not pass it off as done either: it ends at once, exit 1, naming it.
     code, out, err = nodus("apply", ".", "--yes", "--wait", "--timeout", "1h")
     assert code == 1 and note not in err, err
-    assert "Wait failed: InferenceEndpoint/support-bot: Unsupported: NoController" in err
+    assert "Wait failed: Agent/worker: Unsupported: NoController" in err
 
 
 def test_an_evaluation_group_naming_a_missing_environment_is_refused(project: Path) -> None:

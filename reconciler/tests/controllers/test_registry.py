@@ -15,6 +15,7 @@ from nodus.reconciler.controllers import registry as registry_module
 from nodus.reconciler.controllers.base import ApplyOptions, Context, ControllerBase, Done, Requeue
 from nodus.reconciler.controllers.coverage import CONTROLLED_KINDS, has_controller
 from nodus.reconciler.controllers.environment_controller import EnvironmentController
+from nodus.reconciler.controllers.inferenceendpoint_controller import InferenceEndpointController
 from nodus.reconciler.controllers.job_controller import JobController
 from nodus.reconciler.controllers.registry import REGISTRY, Registry, reconcile
 from nodus.reconciler.controllers.runtime_controller import TrainingRuntimeController
@@ -72,12 +73,13 @@ def test_every_kind_of_the_specs_routes_to_its_controller_or_the_stored_only_one
         "TrainingRuntime": TrainingRuntimeController,
         "TrainingJob": TrainingJobController,
         "Job": JobController,
+        "InferenceEndpoint": InferenceEndpointController,
     }
     for kind in BY_KIND:
         assert isinstance(REGISTRY.for_kind(kind), expected.get(kind, StoredOnlyController)), kind
         assert has_controller(kind) == (kind in expected)
     assert CONTROLLED_KINDS == REGISTRY.kinds() == frozenset(expected)
-    assert {"InferenceEndpoint", "Agent", "AgentRun", "AgentGroup", "Secret", "Budget"} <= set(
+    assert {"Agent", "AgentRun", "AgentGroup", "Secret", "Budget"} <= set(
         BY_KIND
     ) - CONTROLLED_KINDS
 

@@ -45,7 +45,7 @@ def spec(generation: int = 1, attempt: int = 1, **fields: Any) -> Workload:
 def test_both_executors_satisfy_the_protocol(tmp_path: Path) -> None:
     fake = FakeExecutor()
     assert isinstance(fake, Executor) and isinstance(LocalExecutor(tmp_path), Executor)
-    assert LocalExecutor(tmp_path).capabilities == Capabilities(gangs=False, gpu_types=(), services=False)
+    assert LocalExecutor(tmp_path).capabilities == Capabilities(gangs=False, gpu_types=(), services=True)
     fake.launch(spec())
     assert isinstance(fake.logs("default", "run"), LogReader)
 

@@ -42,9 +42,11 @@ from nodus.reconciler.state.records import ResourceKey, ResourceRecord, SyncReco
         # No controller runs these kinds (controllers.coverage): never Healthy, whatever a status says.
         ("Secret", None, UNKNOWN),
         ("Budget", None, UNKNOWN),
-        ("InferenceEndpoint", "Unsupported", UNKNOWN),
-        ("InferenceEndpoint", None, UNKNOWN),
-        ("InferenceEndpoint", "Running", UNKNOWN),
+        ("InferenceEndpoint", "Running", HEALTHY),
+        ("InferenceEndpoint", "Pending", PROGRESSING),
+        ("InferenceEndpoint", "Stopped", SUSPENDED),
+        ("InferenceEndpoint", "Failed", DEGRADED),
+        ("AgentRun", "Running", UNKNOWN),
         ("AgentGroup", "Succeeded", UNKNOWN),
     ],
 )

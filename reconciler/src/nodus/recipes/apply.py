@@ -114,7 +114,7 @@ def preview(project: Project, desired: Sequence[Desired]) -> tuple[Plan, list[st
     store = project.open_state()
     try:
         made = plan(desired, store.list(), observed_serial=store.serial())
-        return made, [refusal.line() for refusal in refusals(operations_of(made.actions), store)]
+        return made, [refusal.line() for refusal in refusals(operations_of(made.actions), store, project.root)]
     finally:
         store.close()
 

@@ -26,6 +26,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from nodus.errors import NodusError, PlanError, SpecError
 from nodus.reconciler.controllers import registry
@@ -200,7 +201,7 @@ def apply_operations(
     """Carry out `operations` (the caller holds the lease): admission, then writes and controllers per wave."""
     options = options or ApplyOptions()
     report = reporter or silent
-    _admit_all(operations, store)
+    _admit_all(operations, store, project.root)
     result = ApplyReport()
     for number in sorted({wave(op.key.kind) for op in operations}):
         batch = [op for op in operations if wave(op.key.kind) == number]
@@ -240,7 +241,7 @@ ADMITTED_ACTIONS = frozenset({"create", "update", "replace"})
 """The actions whose desired document is admitted (a noop was admitted when it was written; a delete writes none)."""
 
 
-def refusals(operations: Sequence[Operation], store: StateStore) -> list[PlanRefusal]:
+def refusals(operations: Sequence[Operation], store: StateStore, project_root: Path | None = None) -> list[PlanRefusal]:
     """What the controllers of the resources that `operations` create, change or replace would refuse
     (`Controller.admit`, through the registry), against the store as it would be after them (a runtime or
     Environment of the same plan counts). Only reads the store (`get` and `list`).
@@ -254,14 +255,14 @@ def refusals(operations: Sequence[Operation], store: StateStore) -> list[PlanRef
         if op.document is None or op.action not in ADMITTED_ACTIONS:
             continue
         controller = registry.REGISTRY.for_kind(op.key.kind)
-        said = controller.admit(store.get(op.key), op.document, AdmissionContext(planned, op.action))
+        said = controller.admit(store.get(op.key), op.document, AdmissionContext(planned, op.action, project_root))
         found += [PlanRefusal(op, refusal.reason, refusal.message) for refusal in said]
     return found
 
 
-def _admit_all(operations: Sequence[Operation], store: StateStore) -> None:
+def _admit_all(operations: Sequence[Operation], store: StateStore, project_root: Path) -> None:
     """Refuse the whole apply if any resource it writes would not be admitted (nothing written yet)."""
-    problems = [refusal.line() for refusal in refusals(operations, store)]
+    problems = [refusal.line() for refusal in refusals(operations, store, project_root)]
     if problems:
         raise SpecError(problems, hint="nothing was applied; fix the specs and apply again")
 

@@ -134,7 +134,7 @@ def dry_run(inputs: Inputs, *, project: Project, prices: PriceTable, now: dateti
     context = Context(now=now, prices=prices, project=project, records=tuple(inputs.records))
     refused: dict[ResourceKey, list[JSONObject]] = {}
     # `refusals` reads only get() and list(): the records already read stand in for the store (nothing is opened).
-    for refusal in refusals(operations_of(made.actions), cast("StateStore", _Records(inputs.records))):
+    for refusal in refusals(operations_of(made.actions), cast("StateStore", _Records(inputs.records)), project.root):
         reason = refusal.reason or Reason.MAX_COST_LOWERED
         refused.setdefault(refusal.operation.key, []).append({"reason": reason, "message": refusal.message})
     out = []

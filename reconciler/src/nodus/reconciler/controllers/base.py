@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from nodus.errors import NodusError
@@ -158,6 +159,8 @@ class AdmissionContext:
     planned: PlannedState
     action: str
     """The plan's action for the resource: create, update or replace (noop and delete are not admitted)."""
+    project_root: Path | None = None
+    """The project's folder (its own tables beside nodus.lock: models.yaml); None where the caller has no project."""
 
 
 class Controller(Protocol):

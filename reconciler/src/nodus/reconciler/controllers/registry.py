@@ -21,6 +21,7 @@ from nodus.errors import PermanentError, TemporaryError
 from nodus.reconciler.controllers.agentgroup_controller import AgentGroupController
 from nodus.reconciler.controllers.base import Context, Controller, Done, Requeue, Result, failure_status
 from nodus.reconciler.controllers.environment_controller import EnvironmentController
+from nodus.reconciler.controllers.inferenceendpoint_controller import InferenceEndpointController
 from nodus.reconciler.controllers.job_controller import JobController
 from nodus.reconciler.controllers.runtime_controller import TrainingRuntimeController
 from nodus.reconciler.controllers.stored_only import StoredOnlyController
@@ -65,6 +66,7 @@ REGISTRY.register(EnvironmentController())
 REGISTRY.register(TrainingRuntimeController())
 REGISTRY.register(TrainingJobController())
 REGISTRY.register(JobController())
+REGISTRY.register(InferenceEndpointController())
 REGISTRY.register(AgentGroupController(), runs=False)
 
 

@@ -48,7 +48,15 @@ _RUNS: dict[str, str] = {
 """TrainingJobs and Jobs: a run in flight is progressing; one that ended is healthy only if it succeeded."""
 _READY: dict[str, str] = {Phase.READY: HEALTHY, Phase.FAILED: DEGRADED}
 """Environments, Volumes, runtimes: Ready or not yet (Pending, building, importing: progressing)."""
+_SERVICES: dict[str, str] = {
+    Phase.RUNNING: HEALTHY,
+    Phase.PENDING: PROGRESSING,
+    Phase.STOPPED: SUSPENDED,
+    Phase.FAILED: DEGRADED,
+}
+"""InferenceEndpoints: serving (Running) is healthy, starting progresses, stopped on request is suspended."""
 HEALTH_BY_KIND: dict[str, Mapping[str, str]] = {
+    "InferenceEndpoint": _SERVICES,
     "TrainingJob": _RUNS,
     "Job": _RUNS,
     "Environment": _READY,
