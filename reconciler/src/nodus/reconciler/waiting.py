@@ -37,8 +37,9 @@ from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import LeaseHeld, ResourceKey, ResourceRecord, StateStore
 from nodus.specs.status_names import Phase
 
-SUCCESS = frozenset({Phase.SUCCEEDED, Phase.READY})
-"""The phases a wait for a resource to be done counts as success (jobs, then Environments, Volumes, runtimes)."""
+SUCCESS = frozenset({Phase.SUCCEEDED, Phase.READY, Phase.RUNNING, Phase.STOPPED})
+"""The phases a wait for a resource to be done counts as success: jobs (whose waits end only once their generation
+ended), Environments, Volumes and runtimes, and services (an InferenceEndpoint serving, or stopped as asked)."""
 ENDED = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED})
 """Phases a job's generation never leaves."""
 

@@ -14,10 +14,10 @@ reads them from the store at each request).
 Status it writes (what the gateway, `nodus get ep` and `describe` read):
     phase        Pending (starting, or waiting: reason ModelNotCached, VolumeNotReady, TrainingJobNotSucceeded),
                  Running (its model answers), Stopped, Failed (reason and the cause)
-    conditions   Ready: True while the model can serve now
+    conditions   Ready: True while the model can serve now (derived by `controllers.status`)
     model        the id prices and `GET /v1/models` know it by; servedModel: the name the upstream knows
     upstream     `unix:/path/to.sock`: where the gateway forwards requests
-    source       where the weights came from; restarts: how often its process was started again
+    weights      where the weights came from; restarts: how often its process was started again
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceRecord, StateStore
 from nodus.specs.status_names import Phase, Reason
 
-KEPT: Final = ("model", "servedModel", "source")
+KEPT: Final = ("model", "servedModel", "weights")
 """Status fields a refresh keeps: what the last reconcile resolved (a refresh resolves nothing)."""
 SERVER_MODULE: Final = "nodus.runtimes.serving"
 """The model server (nodus-runtimes): OpenAI's HTTP API over transformers on a Unix socket (vLLM on GPU hosts)."""
@@ -104,9 +104,7 @@ def observe_endpoint(record: ResourceRecord, project: Project) -> JSONObject | N
     except ConfigError:
         return None
     seen = services.observe_service(record.key.project, record.key.name)
-    kept: dict[str, Any] = {
-        key: record.status[key] for key in ("model", "servedModel", "source") if key in record.status
-    }
+    kept: dict[str, Any] = {key: record.status[key] for key in KEPT if key in record.status}
     status = _status(record, seen, None)
     return {**kept, **status}
 
@@ -124,19 +122,11 @@ def _status(record: ResourceRecord, seen: ServiceObservation, served: Served | N
     if seen.address:
         status["upstream"] = seen.address
     if served is not None:
-        status.update(model=served.model_id, servedModel=served.served_name, source=served.source)
+        status.update(model=served.model_id, servedModel=served.served_name, weights=served.source)
     status["restarts"] = seen.restarts
-    status["conditions"] = [_ready_condition(ready, seen.message if not ready else "its model answers")]
     return status
 
 
 def _waiting(phase: str, reason: str, message: str) -> JSONObject:
-    """A status with no service serving: why, and Ready False saying so."""
-    return {"phase": phase, "reason": reason, "message": message, "conditions": [_ready_condition(False, message)]}
-
-
-def _ready_condition(ready: bool, message: str | None) -> dict[str, str]:
-    condition = {"type": "Ready", "status": "True" if ready else "False"}
-    if message:
-        condition["message"] = message
-    return condition
+    """A status with no service serving, and why (its Ready condition says so: `controllers.status`)."""
+    return {"phase": phase, "reason": reason, "message": message}

@@ -87,9 +87,19 @@ def trainingjob_conditions(status: JSONObject) -> list[JSONObject]:
     return found
 
 
+def inferenceendpoint_conditions(status: JSONObject) -> list[JSONObject]:
+    """An InferenceEndpoint's one condition, the seeds' `Ready`: whether its model can serve now, or why not."""
+    ready = status.get("phase") == Phase.RUNNING
+    reason, message = str(status.get("reason") or ""), str(status.get("message") or "")
+    if status.get("phase") == Phase.STOPPED:
+        reason, message = reason or Reason.STOP_REQUESTED, message or "stopped: it answers 503 until started"
+    return [_condition(ConditionType.READY, ready, "" if ready else reason, "its model answers" if ready else message)]
+
+
 CONDITIONS: dict[str, Callable[[JSONObject], list[JSONObject]]] = {
     "Environment": environment_conditions,
     "TrainingJob": trainingjob_conditions,
+    "InferenceEndpoint": inferenceendpoint_conditions,
 }
 """The conditions of each kind that has some: a kind that grows conditions adds its function here."""
 

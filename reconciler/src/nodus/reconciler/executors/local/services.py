@@ -20,10 +20,12 @@ generation; `observe_service` says it is Pending with NotReady meanwhile, never 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Final
@@ -40,7 +42,18 @@ from ..service import (
     Service,
     ServiceObservation,
 )
-from .job import locked, log_tail, read_json, same_process_alive, signal_verified, start_ticks, wait_gone, write_json
+from .job import (
+    MAX_UNIX_SOCKET_PATH,
+    locked,
+    log_tail,
+    private_socket_dir,
+    read_json,
+    same_process_alive,
+    signal_verified,
+    start_ticks,
+    wait_gone,
+    write_json,
+)
 from .resolve import model_path
 
 SUPERVISOR_MODULE: Final = "nodus.reconciler.executors.local.service_supervisor"
@@ -70,7 +83,13 @@ class ServiceFiles:
 
     @property
     def socket(self) -> Path:
-        return self.dir / SOCKET_NAME
+        """In the service's folder, or under a per-user folder in /tmp when that path is longer than a Unix socket
+        address can be (as a job's attempt API socket: `JobFiles.socket`)."""
+        inside = self.dir / SOCKET_NAME
+        if len(os.fsencode(inside)) <= MAX_UNIX_SOCKET_PATH:
+            return inside
+        key = hashlib.sha256(os.fsencode(self.dir.resolve())).hexdigest()[:24]
+        return Path(tempfile.gettempdir()) / f"nodus-{os.getuid()}" / f"service-{key}.sock"
 
     def read_status(self) -> dict[str, Any]:
         return read_json(self.status) or {}
@@ -105,6 +124,7 @@ class LocalServices:
                 self._stop(files)  # an older generation, or a stop still being carried out
             argv = self._argv(service, files)
             files.stop_request.unlink(missing_ok=True)
+            private_socket_dir(files.socket)
             files.socket.unlink(missing_ok=True)
             write_json(files.argv, {"argv": argv, "env": dict(service.env)}, durable=True)
             write_json(files.service, service.model_dump(mode="json", by_alias=True), durable=True)
