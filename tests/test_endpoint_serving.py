@@ -83,7 +83,9 @@ def test_a_catalog_model_is_served_stopped_started_and_deleted(project: Path) ->
     )
     assert reply["usage"]["completion_tokens"] >= 1 and reply["choices"][0]["message"]["role"] == "assistant"
     code, output = nodus("get", "ep")
-    assert code == 0 and "chat" in output and "Running" in output, output
+    header, row = output.splitlines()[:2]
+    assert header.split() == ["NAME", "PHASE", "MODEL", "READY", "RPM", "CONCURRENT", "MAX-COST", "AGE"], output
+    assert row.split()[:7] == ["chat", "Running", "nodus/tiny-qwen3", "True", "60", "4", "$1.00"], output
 
     code, output = nodus("patch", "ep/chat", "-p", '{"spec": {"state": "Stopped"}}')
     assert code == 0, output

@@ -80,6 +80,24 @@ def _change(record: ResourceRecord) -> str:
     return "-" if change is None else f"{float(change):+.1f}pp"
 
 
+def _model(record: ResourceRecord) -> str | None:
+    """What an endpoint serves: its catalog id as written, else what its status resolved (`{trainingJob: x}`)."""
+    model = _get(record.spec, "spec", "model")
+    if isinstance(model, str):
+        return model
+    return _get(record.status, "model") or next((f"{k}:{v}" for k, v in (model or {}).items()), None)
+
+
+def _ready(record: ResourceRecord) -> str:
+    found = [c.get("status") for c in _get(record.status, "conditions") or [] if c.get("type") == "Ready"]
+    return str(found[0]) if found else "-"
+
+
+def _max_cost(record: ResourceRecord) -> str:
+    cap = _get(record.spec, "spec", "maxCostUSD")
+    return "-" if cap is None else f"${cap}"
+
+
 def _splits(record: ResourceRecord) -> str:
     splits = _get(record.status, "splits") or {}
     return " ".join(f"{k}={v}" for k, v in sorted(splits.items())) or "-"
@@ -103,6 +121,17 @@ COLUMNS: dict[str, list[Column]] = {
         ("AGE", _age),
     ],
     "Job": [("NAME", _name), ("PHASE", _phase), ("COST", _cost), ("AGE", _age)],
+    # The seeds' `nodus get ep`: NAME PHASE MODEL READY RPM CONCURRENT MAX-COST AGE.
+    "InferenceEndpoint": [
+        ("NAME", _name),
+        ("PHASE", _phase),
+        ("MODEL", lambda r: _text(_model(r))),
+        ("READY", lambda r: _ready(r)),
+        ("RPM", lambda r: _text(_get(r.spec, "spec", "rpm"))),
+        ("CONCURRENT", lambda r: _text(_get(r.spec, "spec", "maxConcurrent"))),
+        ("MAX-COST", lambda r: _max_cost(r)),
+        ("AGE", _age),
+    ],
 }
 WIDE: dict[str, list[Column]] = {
     "TrainingJob": [
@@ -113,6 +142,12 @@ WIDE: dict[str, list[Column]] = {
     ],
     "Environment": [
         ("IMAGE", lambda r: _text((_get(r.status, "image") or "")[:19])),
+        ("REASON", lambda r: _text(_get(r.status, "reason"))),
+    ],
+    "InferenceEndpoint": [
+        ("TPM", lambda r: _text(_get(r.spec, "spec", "tpm"))),
+        ("SERVED", lambda r: _text(_get(r.status, "servedModel"))),
+        ("RESTARTS", lambda r: _text(_get(r.status, "restarts"))),
         ("REASON", lambda r: _text(_get(r.status, "reason"))),
     ],
 }
