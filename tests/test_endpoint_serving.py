@@ -87,13 +87,13 @@ def test_a_catalog_model_is_served_stopped_started_and_deleted(project: Path) ->
     assert header.split() == ["NAME", "PHASE", "MODEL", "READY", "RPM", "CONCURRENT", "MAX-COST", "AGE"], output
     assert row.split()[:7] == ["chat", "Running", "nodus/tiny-qwen3", "True", "60", "4", "$1.00"], output
 
-    code, output = nodus("patch", "ep/chat", "-p", '{"spec": {"state": "Stopped"}}')
-    assert code == 0, output
+    code, output = nodus("stop", "ep/chat")
+    assert code == 0 and "inferenceendpoint/chat stopped" in output, output
     stopped = status_of("chat")
     assert stopped["phase"] == "Stopped" and stopped["conditions"][0]["status"] == "False"
     assert not Path(status["upstream"].removeprefix("unix:")).exists()
-    code, output = nodus("patch", "ep/chat", "-p", '{"spec": {"state": "Running"}}')
-    assert code == 0, output
+    code, output = nodus("start", "ep/chat")
+    assert code == 0 and "inferenceendpoint/chat started" in output, output
     code, output = nodus("wait", "ep/chat", "--for=jsonpath={.status.phase}=Running", "--timeout", "3m")
     assert code == 0, output
     assert post(status["upstream"], "/v1/completions", {"model": "nodus/tiny-qwen3", "prompt": "a b", "max_tokens": 4})
@@ -101,6 +101,29 @@ def test_a_catalog_model_is_served_stopped_started_and_deleted(project: Path) ->
     code, output = nodus("delete", "ep/chat")
     assert code == 0, output
     assert not Path(status["upstream"].removeprefix("unix:")).exists()
+
+
+def test_create_makes_an_endpoint_from_flags_that_prune_keeps(project: Path) -> None:
+    code, output = nodus(
+        "create", "inferenceendpoint", "chat", "--model", "nodus/tiny-qwen3", "--rpm", "30", "--max-cost", "2", "--wait"
+    )
+    assert code == 0 and "chat" in output.splitlines(), output
+    status = status_of("chat")
+    assert status["phase"] == "Running", status
+    code, output = nodus("get", "ep", "chat", "-o", "json")
+    document = json.loads(output)
+    assert {k: document["spec"][k] for k in ("model", "rpm", "maxCostUSD")} == {
+        "model": "nodus/tiny-qwen3",
+        "rpm": 30,
+        "maxCostUSD": "2.00",
+    }
+    assert document["metadata"]["labels"] == {"nodus.dev/created-by": "nodus-create"}
+    code, output = nodus("create", "inferenceendpoint", "chat", "--model", "nodus/tiny-qwen3")
+    assert code == 1 and "InferenceEndpoint/chat exists already in project default" in output, output
+    (project / "volume.yaml").write_text("apiVersion: nodus.dev/v1\nkind: Volume\nmetadata: {name: data}\nspec: {}\n")
+    code, output = nodus("apply", ".", "--prune", "--yes")  # no file declares it: kept, as nodus run's Jobs
+    assert code == 0, output
+    assert status_of("chat")["phase"] == "Running"
 
 
 def test_a_catalog_id_the_table_lacks_is_refused_at_plan_time(project: Path) -> None:

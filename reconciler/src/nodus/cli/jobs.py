@@ -235,10 +235,6 @@ def patch(
     target: str, patch_text: str, patch_type: str, namespace: str | None, state: str | None, path: Path | None
 ) -> None:
     """Change a stored resource in place (raise a cap, suspend or resume: spec.state), then reconcile it."""
-    from nodus.reconciler.apply import Operation, apply_operations, holding_lease
-    from nodus.reconciler.planning.desired import document_of
-    from nodus.specs.registry import BY_KIND
-
     kind, name = split_target(target)
     if name is None:
         raise ConfigError("patch needs KIND/NAME")
@@ -246,9 +242,21 @@ def patch(
         change = json.loads(patch_text)
     except ValueError as exc:
         raise ConfigError(f"-p is not JSON: {exc}") from None
+    patch_resource(ResourceKey(kind, namespace or DEFAULT_PROJECT, name), change, state=state, path=path)
+
+
+def patch_resource(
+    key: ResourceKey, change: Any, *, state: str | None, path: Path | None, said: str = "patched"
+) -> None:
+    """Merge `change` into the stored resource under the apply lease, validate it like a file, then reconcile it
+    (`nodus patch`, and `nodus stop/start ep/NAME`, which patch `spec.state`)."""
+    from nodus.reconciler.apply import Operation, apply_operations, holding_lease
+    from nodus.reconciler.planning.desired import document_of
+    from nodus.specs.registry import BY_KIND
+
+    kind, name = key.kind, key.name
     project = Project.find(path, state=state)
     store = project.open_state()
-    key = ResourceKey(kind, namespace or DEFAULT_PROJECT, name)
     try:
         with holding_lease(store, f"patch {key}"):
             record = store.get(key)
@@ -264,6 +272,6 @@ def patch(
             apply_operations(
                 [Operation("update", key, document, record.status.get("source"))], project=project, store=store
             )
-        err_line(f"{kind.lower()}/{name} patched")
+        err_line(f"{kind.lower()}/{name} {said}")
     finally:
         store.close()

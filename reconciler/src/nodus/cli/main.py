@@ -16,6 +16,7 @@ import click
 from nodus.cli import (
     cluster,
     controller,
+    endpoints,
     env,
     jobs,
     plan_apply,
@@ -74,6 +75,9 @@ cli.add_command(jobs.cp)
 cli.add_command(jobs.cancel)
 cli.add_command(jobs.delete)
 cli.add_command(jobs.patch)
+cli.add_command(endpoints.create_group)
+cli.add_command(endpoints.stop)
+cli.add_command(endpoints.start)
 cli.add_command(controller.controller)
 cli.add_command(pr_comment.pr_comment)
 cli.add_command(cluster.cluster_group)

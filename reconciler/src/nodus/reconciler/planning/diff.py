@@ -297,6 +297,8 @@ def created_by_sdk(record: ResourceRecord) -> bool:
 
 NODUS_RUN = "nodus-run"
 """The label value `nodus run` (`nodus.reconciler.run_job`) puts on the Job it makes."""
+NODUS_CREATE = "nodus-create"
+"""The label value `nodus create` (`nodus.cli.endpoints`) puts on what it makes: kept by prune as `nodus run`'s."""
 
 
 def made_by_run(record: ResourceRecord) -> bool:
@@ -310,7 +312,7 @@ def made_by_run(record: ResourceRecord) -> bool:
     mid-run and remove its logs and outputs. The plan names it instead ("N made by nodus run kept"), and
     `nodus delete job/NAME` removes it."""
     labels = (record.spec.get("metadata") or {}).get("labels") or {}
-    return bool(labels.get(CREATED_BY) == NODUS_RUN)
+    return labels.get(CREATED_BY) in (NODUS_RUN, NODUS_CREATE)
 
 
 def stale_reasons(saved: Plan, observed: Iterable[ResourceRecord]) -> list[str]:
