@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Mapping
@@ -97,14 +98,21 @@ def cp(
     namespace: str | None,
     path: Path | None,
 ) -> None:
-    """Copy outputs out of a finished job, each verified against the sha256 recorded when it was collected.
+    """Copy outputs out of a finished job, each verified against the sha256 recorded when it was collected; copy
+    files into a Volume (a new revision) or out of it.
 
     `nodus cp tj/NAME:outputs/results.json ./results.json`; `nodus cp -r tj/NAME:outputs/adapter ./adapter`.
     As `cp`: a DESTINATION ending in `/`, or an existing folder, is a folder to copy into; missing parent
     folders are made; an existing file is replaced. A replacement of the TrainingJob keeps the earlier
     generation's outputs: `--generation 1` copies from it.
+    `nodus cp ./chats.jsonl vol/support-chats:chats.jsonl` uploads and commits the Volume's next revision (`-r`: a
+    folder); `nodus cp vol/support-chats:chats.jsonl ./chats.jsonl` copies a file out of its latest revision.
     """
     from nodus.reconciler.controllers.trainingjob import executor
+
+    if _is_volume(destination) or _is_volume(source):
+        _volume_cp(source, destination, recursive=recursive, namespace=namespace, path=path)
+        return
 
     target, colon, inner = source.partition(":")
     inner_path = inner.strip("/")
@@ -130,6 +138,62 @@ def cp(
     else:
         size = sum(wanted[name].size for name, _ in copies)
         line(f"{root} ({len(done)} files, {size} bytes, each verified against its sha256)")
+
+
+VOLUME_KINDS = ("vol/", "volume/", "volumes/")
+
+
+def _is_volume(target: str) -> bool:
+    return target.startswith(VOLUME_KINDS) and ":" in target
+
+
+def _volume_cp(source: str, destination: str, *, recursive: bool, namespace: str | None, path: Path | None) -> None:
+    """`nodus cp` into a Volume (an upload: its next revision) or out of it (verified against its manifest)."""
+    from nodus.reconciler.controllers.volume_files import inside_volume, stored_file, upload
+
+    project = Project.find(path)
+    store = project.open_state()
+    try:
+        if _is_volume(destination):
+            target, _, inner = destination.partition(":")
+            key = ResourceKey("Volume", namespace or DEFAULT_PROJECT, target.split("/", 1)[1])
+            local = Path(source)
+            if local.is_dir():
+                if not recursive:
+                    raise ConfigError(
+                        f"{source} is a folder: pass -r to upload it", hint=f"nodus cp -r {source} {destination}"
+                    )
+                base = inside_volume(inner, f"Volume/{key.name}") if inner.strip("/") else ""
+                files = [
+                    (item, "/".join(part for part in (base, item.relative_to(local).as_posix()) if part))
+                    for item in sorted(local.rglob("*"))
+                    if item.is_file()
+                ]
+            else:
+                relative = inner.strip("/")
+                if not relative or inner.endswith("/"):
+                    relative = "/".join(part for part in (relative, local.name) if part)
+                files = [(local, inside_volume(relative, f"Volume/{key.name}"))]
+            revision, manifest = upload(project, store, key, files)
+            size = sum(int(entry["size"]) for entry in manifest["files"].values())
+            line(
+                f"Volume/{key.name} revision {revision}: {len(files)} file{'s' if len(files) != 1 else ''} uploaded "
+                f"({len(manifest['files'])} files, {size} bytes, a sha256 each)"
+            )
+            return
+        target, _, inner = source.partition(":")
+        key = ResourceKey("Volume", namespace or DEFAULT_PROJECT, target.split("/", 1)[1])
+        found = stored_file(project, store, key, inside_volume(inner, f"Volume/{key.name}"), None)
+        final = Path(destination)
+        if destination.endswith(("/", os.sep)) or final.is_dir():
+            final = final / found.name
+        final.parent.mkdir(parents=True, exist_ok=True)
+        partial = final.with_name(f".{final.name}.partial")
+        shutil.copyfile(found, partial)
+        partial.replace(final)
+        line(f"{final} ({final.stat().st_size} bytes, verified against its sha256)")
+    finally:
+        store.close()
 
 
 def _copies(
