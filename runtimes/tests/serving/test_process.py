@@ -10,11 +10,13 @@ import json
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+import nodus.runtimes.serving.__main__ as serving_main
 from nodus.runtimes.serving.__main__ import main
 from nodus.runtimes.serving.backend import Listen, ServeSpec, ServingError
 from nodus.runtimes.serving.client import ServingClient, UnixHTTPConnection
@@ -127,3 +129,23 @@ def test_a_model_that_fails_to_load_releases_its_socket(tmp_path: Path, capsys: 
     assert main(["--model", str(tmp_path), "--uds", str(socket_path)]) == 2
     assert capsys.readouterr().err.startswith(f"nodus serving: --model {tmp_path}: cannot load:")
     assert not socket_path.exists()
+
+
+def test_sigterm_while_the_model_loads_releases_the_socket_and_exits_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class SlowLoad:  # a model load long enough for a SIGTERM to arrive in the middle of it
+        def __init__(self, *args: object) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)
+
+    monkeypatch.setattr(serving_main, "TransformersEngine", SlowLoad)
+    (tmp_path / "config.json").write_text("{}")
+    socket_path = tmp_path / "s.sock"
+    before = signal.getsignal(signal.SIGTERM)
+    started = time.monotonic()
+    assert serving_main.main(["--model", str(tmp_path), "--uds", str(socket_path)]) == 0
+    assert time.monotonic() - started < 10
+    assert capsys.readouterr().err == "nodus serving: stopped by SIGTERM while loading the model\n"
+    assert not socket_path.exists()
+    assert signal.getsignal(signal.SIGTERM) == before  # the handlers of before are back

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
+from types import FrameType
 
 # Before torch loads OpenMP: its threads sleep when idle instead of spinning. A model server shares its host (the
 # gateway, other servers, training), and spinning threads on a busy host made a batch of 16 requests 10 to 50 times
@@ -59,8 +61,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 def spec_of(args: argparse.Namespace) -> ServeSpec:
-    if args.uds is None and args.host != "127.0.0.1" and args.port is None:
-        raise ServingError("--host: give --port with it")
     listen = Listen(uds=args.uds) if args.uds is not None else Listen(host=args.host, port=args.port)
     if args.max_batch_size < 1:
         raise ServingError(f"--max-batch-size {args.max_batch_size}: at least 1")
@@ -76,6 +76,16 @@ def spec_of(args: argparse.Namespace) -> ServeSpec:
     )
 
 
+class StoppedWhileLoading(BaseException):
+    """SIGTERM or SIGINT before the server answers: the socket is released and the process exits 0. A
+    BaseException, like KeyboardInterrupt, so that no `except Exception` around the model loading takes it for a
+    loading failure."""
+
+
+def stop_while_loading(sig: int, frame: FrameType | None) -> None:
+    raise StoppedWhileLoading(signal.Signals(sig).name)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -85,11 +95,19 @@ def main(argv: list[str] | None = None) -> int:
         )
         # The address is claimed before the model loads: a taken port fails at once, not after a long load.
         sock = bind(spec.listen)
+        previous = {sig: signal.signal(sig, stop_while_loading) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             engine = TransformersEngine(spec, options)
+        except StoppedWhileLoading as stopped:
+            release(spec.listen, sock)
+            print(f"nodus serving: stopped by {stopped} while loading the model", file=sys.stderr)
+            return 0
         except BaseException:
             release(spec.listen, sock)
             raise
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         return serve(engine, spec.listen, sock, os.environ.get(API_KEY_ENV) or None)
     except ServingError as error:
         print(f"nodus serving: {error}", file=sys.stderr)

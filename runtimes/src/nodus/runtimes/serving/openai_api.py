@@ -113,6 +113,8 @@ class SamplingBody(Body):
     def sampling(self, prompt_tokens: int, max_model_len: int, defaults: dict[str, float | int]) -> SamplingParams:
         """SamplingParams, with max_tokens bounded by the context window as vLLM bounds it (left out: all the
         room the prompt leaves)."""
+        if prompt_tokens == 0:
+            raise invalid("the prompt is empty")
         room = max_model_len - prompt_tokens
         if room <= 0:
             raise invalid(f"the prompt has {prompt_tokens} tokens; the model's context is {max_model_len} tokens")

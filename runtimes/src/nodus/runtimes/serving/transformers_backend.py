@@ -176,7 +176,7 @@ class TransformersModel:
             else:
                 self.model.base_model.enable_adapter_layers()
                 if wanted != "mixed":
-                    self.model.set_adapter(wanted)
+                    self.model.set_adapter(wanted, inference_mode=True)
             self._routing = wanted
         return {"adapter_names": names} if wanted == "mixed" else {}
 
