@@ -354,13 +354,14 @@ def split(
         )
     order = sorted(groups, key=lambda key: hashlib.sha256(f"{seed}\0{key}".encode()).hexdigest())
     wanted = min(len(groups) - 1, max(1, math.ceil(fraction * len(groups))))
-    held: list[dict[str, Any]] = []
-    taken = 0
+    chosen: set[str] = set()
+    size = 0
     for key in order:
-        if taken >= wanted or (held and len(held) + len(groups[key]) > most):
+        if len(chosen) >= wanted or (chosen and size + len(groups[key]) > most):
             break
-        held += groups[key]
-        taken += 1
-    chosen = set(order[:taken])
-    train = [row for row in rows if group_key(row) not in chosen]
+        chosen.add(key)
+        size += len(groups[key])
+    keys = [group_key(row) for row in rows]
+    train = [row for row, key in zip(rows, keys, strict=True) if key not in chosen]
+    held = [row for row, key in zip(rows, keys, strict=True) if key in chosen]
     return train, held

@@ -16,6 +16,7 @@ from nodus.runtimes.data import Shape
 from nodus.runtimes.finetune import Method, Run, main
 from nodus.runtimes.outputs import Curves
 from nodus.runtimes.preference import LABELLED, PREFERENCE_ACCURACY, labelled_pairs, measure_pairs
+from nodus.runtimes.refusal import Refusal
 from nodus.runtimes.weights import Weights, lora_config
 
 
@@ -40,6 +41,11 @@ class KTO(Method):
         self.beta = float(raw.get("beta", self.beta))
         self.desirable_weight = float(raw.get("desirableWeight", self.desirable_weight))
         self.undesirable_weight = float(raw.get("undesirableWeight", self.undesirable_weight))
+        if int(raw.get("batchSize", 8)) < 2:
+            raise Refusal(
+                "spec.parameters.batchSize: KTO estimates its KL term from the other rows of a batch, so it needs at "
+                "least 2 rows a batch"
+            )
 
     def shapes(self, task: str) -> tuple[Shape, ...]:
         return (LABELLED,)
@@ -57,7 +63,9 @@ class KTO(Method):
         return KTOTrainer(
             model=model,
             args=config,
-            train_dataset=train,
+            # TRL's KTO reads its data in order (its KL term pairs each row with its neighbour in the batch), so the
+            # rows are shuffled here, by the run's seed: a file sorted by label would give batches of one label.
+            train_dataset=train.shuffle(seed=run.common.seed),
             processing_class=run.tokenizer,
             peft_config=lora_config(run.weights, "CAUSAL_LM"),
         )

@@ -9,6 +9,7 @@ accuracy (`preference`), which must rise.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from nodus.runtimes.data import Shape
@@ -40,6 +41,9 @@ class ORPO(Method):
         return (PAIRS,)
 
     def trainer(self, run: Run, model: Any, train: Any) -> Any:
+        # TRL 1.16 keeps ORPO in trl.experimental and warns on import; the runtime pins TRL, so the warning says
+        # nothing a user of the runtime could act on.
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
         from trl.experimental.orpo import ORPOConfig, ORPOTrainer
 
         config = run.config(ORPOConfig, beta=self.beta, max_length=run.common.max_length)
