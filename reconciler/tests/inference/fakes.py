@@ -7,6 +7,7 @@ whole stream, an `error` event and no `[DONE]` for a stream it cuts. The last us
 - `fail 503` / `fail 500` / `refuse`: that status (refuse: 400 Invalid);
 - `cut N`: a stream of N tokens, then an error event; `drop N`: N tokens, then the connection breaks;
 - `slow N`: N tokens, 50 ms apart (time for a client to hang up; the fake records who did in `hung_up`);
+  a whole answer comes after N x 50 ms;
 - `tools`: two tool calls (a stream interleaves their argument deltas);
 - `nousage`: no usage anywhere.
 Prompt tokens are the words of every message plus 3, so tests know the usage a request reports.
@@ -119,6 +120,8 @@ class FakeUpstream:
             final_usage = bool(options.get("include_usage")) and usage
             chunks = self.chunks(kind, command, count, prompt, continuous, final_usage, words, rid)
             return StreamingResponse(chunks, media_type="text/event-stream")
+        if command == "slow":
+            await asyncio.sleep(0.05 * count)
         finish = "length" if "max" in words else ("tool_calls" if command == "tools" else "stop")
         text = " ".join(f"w{i}" for i in range(1, count + 1))
         answer: dict[str, Any] = {"id": f"chatcmpl-{rid}", "created": int(time.time()), "model": SERVED}
