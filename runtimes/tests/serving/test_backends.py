@@ -198,3 +198,15 @@ def test_readiness_stops_when_the_server_process_ends() -> None:
     process.wait()
     with pytest.raises(ServingError, match="exited with code 3 before it was ready"):
         wait_ready(Listen(host="127.0.0.1", port=9), ["m"], timeout=30, process=process)
+
+
+def test_the_launch_seam_imports_no_torch() -> None:
+    """The controller and the CLI import the backends; torch takes seconds to import and is not theirs to load."""
+    code = (
+        "import sys\n"
+        "import nodus.runtimes.serving.transformers_backend, nodus.runtimes.serving.vllm_backend\n"
+        "import nodus.runtimes.serving.client, nodus.runtimes.serving.readiness\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'peft') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]"

@@ -16,7 +16,7 @@ import pytest
 
 from nodus.runtimes.serving.backend import AdapterSpec, Listen, ServeSpec
 from nodus.runtimes.serving.engine import Delta, Finished, GenerationRequest, SamplingParams, Ticket
-from nodus.runtimes.serving.transformers_backend import EngineOptions, TransformersEngine
+from nodus.runtimes.serving.transformers_engine import EngineOptions, TransformersEngine
 
 pytestmark = pytest.mark.slow
 QUESTIONS = ["Reverse the words: apple banana cherry", "hi", "Reverse the words: one two"]

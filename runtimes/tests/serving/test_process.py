@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -112,13 +113,12 @@ def test_bad_input_exits_2_with_one_line(
 
 
 def test_a_port_in_use_is_refused_before_the_model_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    listener = bind(Listen(host="127.0.0.1", port=0))
-    try:
-        port = listener.getsockname()[1]
+    with socket.socket() as other_server:
+        other_server.bind(("127.0.0.1", 0))
+        other_server.listen()
+        port = other_server.getsockname()[1]
         # The model folder is bad too: the port is claimed first, so the port is what the line names.
         assert main(["--model", str(tmp_path), "--port", str(port)]) == 2
-    finally:
-        listener.close()
     err = capsys.readouterr().err
     assert err.strip() == f"nodus serving: --port {port}: cannot bind 127.0.0.1:{port}: Address already in use"
 

@@ -28,7 +28,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from nodus.runtimes.serving.backend import API_KEY_ENV, Listen, ServeSpec, ServingError
 from nodus.runtimes.serving.model_folder import parse_adapter
 from nodus.runtimes.serving.server import bind, release, serve
-from nodus.runtimes.serving.transformers_backend import EngineOptions, TransformersEngine
+from nodus.runtimes.serving.transformers_engine import EngineOptions, TransformersEngine
 
 
 def parser() -> argparse.ArgumentParser:

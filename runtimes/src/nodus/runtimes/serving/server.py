@@ -271,8 +271,10 @@ def create_app(engine: Engine, api_key: str | None = None) -> Starlette:
 
 
 def bind(listen: Listen) -> socket.socket:
-    """The listening socket, made here so the ready line can name the real port (--port 0 takes a free one) and a
-    Unix socket gets mode 0600. An existing path is replaced only when it is a stale socket (nothing answers)."""
+    """The server's socket, bound here so that a taken address fails before the model loads, the ready line can
+    name the real port (--port 0 takes a free one) and a Unix socket gets mode 0600. It is not listening yet: until
+    the server answers, a client's connection is refused (as `vllm serve` refuses it while its engine loads), never
+    left waiting. An existing path is replaced only when it is a stale socket (nothing answers on it)."""
     if listen.uds is not None:
         path = listen.uds
         if path.exists() or path.is_symlink():
@@ -299,9 +301,8 @@ def bind(listen: Listen) -> socket.socket:
             raise ServingError(
                 f"--port {listen.port}: cannot bind {listen.host}:{listen.port}: {error.strerror}"
             ) from None
-    sock.listen(128)
     sock.setblocking(False)
-    return sock
+    return sock  # asyncio's server calls listen() when it starts serving
 
 
 def socket_answers(path: Path) -> bool:
@@ -374,7 +375,10 @@ async def run(engine: Engine, listen: Listen, sock: socket.socket, api_key: str 
             "pid": os.getpid(),
         }
         print(json.dumps(ready), flush=True)
-    await serving
+    try:
+        await serving
+    except OSError as error:  # listen() failed: another server took the port between our bind and now
+        raise ServingError(f"{listen.describe()}: cannot listen: {error.strerror or error}") from None
     return server.signal_name
 
 
