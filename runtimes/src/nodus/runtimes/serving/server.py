@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Generator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 from starlette.applications import Starlette
@@ -171,7 +171,7 @@ class OpenAIServer:
         return await self.generate(request, body, prompt, "text")
 
     async def generate(
-        self, request: Request, body: ChatRequest | CompletionRequest, prompt: list[int], kind: str
+        self, request: Request, body: ChatRequest | CompletionRequest, prompt: list[int], kind: Literal["chat", "text"]
     ) -> Response:
         rid = request.state.request_id
         sampling = body.sampling(len(prompt), self.engine.max_model_len, self.engine.default_sampling())
@@ -187,7 +187,7 @@ class OpenAIServer:
         if body.stream:
             options = body.stream_options
             spec = StreamSpec(
-                kind="chat" if kind == "chat" else "text",
+                kind=kind,
                 response_id=response_id,
                 created=created,
                 model=body.model,
