@@ -120,7 +120,7 @@ def plan_command(
         # supervisor or export outside the apply lease); it says when a job has moved on since that status.
         _note_statuses_behind(project, store)
         result = _make_plan(desired, store, prune=prune, refresh_only=refresh_only)
-        _refuse_what_apply_would(result, store)
+        _refuse_what_apply_would(result, store, project)
         costs = None if refresh_only else price(result, project, store, prices_file)
     finally:
         store.close()
@@ -154,11 +154,11 @@ def _note_statuses_behind(project: Project, store: StateStore) -> None:
         err_line(f"note: the status of {', '.join(behind)} is older than its job's heartbeat: run nodus refresh")
 
 
-def _refuse_what_apply_would(made: Plan, store: StateStore) -> None:
+def _refuse_what_apply_would(made: Plan, store: StateStore, project: Project) -> None:
     """The admission apply runs first, run at plan time: a typo fails the plan, not only the apply."""
     from nodus.reconciler.apply import operations_of, refusals
 
-    problems = [refusal.plan_line() for refusal in refusals(operations_of(made.actions), store)]
+    problems = [refusal.plan_line() for refusal in refusals(operations_of(made.actions), store, project.root)]
     if problems:
         raise SpecError(problems, hint="nothing was planned; fix the specs and plan again")
 

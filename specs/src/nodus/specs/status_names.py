@@ -144,6 +144,8 @@ class Reason(StrEnum):
     row (Failed, with the last lines of its log)."""
     STOP_REQUESTED = "StopRequested"
     """Stopped: a service stopped on request."""
+    DATA_COLUMN_MISSING = "DataColumnMissing"
+    """Refused at plan time: `spec.data.columns` maps a name onto a column the data file does not have."""
     MODEL_NOT_FOUND = "ModelNotFound"
     """An InferenceEndpoint's `spec.model` is no id of the model table, or names weights this project lacks."""
     TRAINING_JOB_NOT_SUCCEEDED = "TrainingJobNotSucceeded"

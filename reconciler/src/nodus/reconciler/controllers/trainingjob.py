@@ -37,6 +37,7 @@ from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.controllers.volume import ensure_model
 from nodus.reconciler.executors import Executor, choose_executor, wait_for
 from nodus.reconciler.executors.workload import (
+    DataArtifact,
     EnvironmentArtifact,
     GpuResources,
     Intervals,
@@ -71,7 +72,7 @@ def executor(project: Project) -> Executor:
     return choose_executor(project.settings().executor_name, project.jobs, record_wire=record_wire, project=project)
 
 
-KEPT = ("source", "launchGeneration", "price", "export", "sandbox")
+KEPT = ("source", "launchGeneration", "price", "export", "sandbox", "data")
 """Status fields the controllers own, carried over when the job's status is copied in (the events watermark is
 `nodus.reconciler.controllers.status.write_status`'s, which carries it whoever writes)."""
 
@@ -108,6 +109,12 @@ def reconcile_trainingjob(
     model, waiting = _model(record, verdict, project=project, store=store)
     if waiting is not None:
         return waiting, None
+    teacher, waiting = _teacher(record, project=project, store=store)
+    if waiting is not None:
+        return waiting, None
+    data, waiting = _data(record, project=project, store=store)
+    if waiting is not None:
+        return waiting, None
     sandbox = sandbox_in_force(record, project, environment)
     if sandbox is not None and sandbox.refused:
         return sandbox.refusal(), None
@@ -117,7 +124,11 @@ def reconcile_trainingjob(
     source = package_source_digest(project, environment) if environment is not None else None
     spec = compile_workload(
         record, verdict, runtime, environment, price=price, container=container, model=model, source_digest=source
-    )
+    ).with_changes(teacher=teacher, data=data)
+    if data is not None:
+        spec = spec.with_changes(params={**spec.params, "data": data_params(data)})
+    if teacher is not None:
+        spec = spec.with_changes(params={**spec.params, "teacherRevision": teacher.uri or _volume_name(teacher)})
     refused = gang_refusal(spec.resources, jobs, "spec.resources.nodes")
     if refused is not None:
         return refused, None
@@ -138,6 +149,8 @@ def reconcile_trainingjob(
         _follow_cap(jobs, record, spec)
     jobs.launch(spec)
     status = {**job_status(jobs, record), "launchGeneration": launch_generation(record), "price": price.to_status()}
+    if data is not None:
+        status["data"] = {"volume": data.volume.name, "revision": data.volume.revision, "path": data.path}
     if sandbox is not None:
         status["sandbox"] = sandbox.to_status()
     status = exported_status(record, status, jobs, project=project, store=store)
@@ -192,9 +205,75 @@ def _model(
         if found is None or found.status.get("phase") != Phase.READY:
             message = f"Volume {volume['name']} is not Ready"
             return None, {"phase": Phase.PENDING, "reason": Reason.VOLUME_NOT_READY, "message": message}
-        revision = VolumeRevision(name=str(volume["name"]), revision=int(found.status.get("revision") or 0))
+        number = int(volume.get("revision") or found.status.get("revision") or 0)
+        revision = VolumeRevision(name=str(volume["name"]), revision=number)
         return ModelArtifact(volume=revision), None
     return None, None
+
+
+def _teacher(
+    record: ResourceRecord, *, project: Project, store: StateStore
+) -> tuple[ModelArtifact | None, JSONObject | None]:
+    """A distillation's teacher (`spec.teacher`), imported and found as the model is; None for a run without one."""
+    teacher = record.spec["spec"].get("teacher")
+    if not teacher:
+        return None, None
+    found, waiting = _model(record, Admission(True, model=teacher), project=project, store=store)
+    if waiting is not None:
+        return None, {**waiting, "message": f"spec.teacher: {waiting.get('message', '')}"}
+    return found, None
+
+
+def _data(
+    record: ResourceRecord, *, project: Project, store: StateStore
+) -> tuple[DataArtifact | None, JSONObject | None]:
+    """The data set the run reads (`spec.data`), fixed to a Volume revision: the one named, else the one this generation
+    launched with, else the Volume's latest now (so later uploads never change a run that launched). Pending while the
+    Volume is not Ready or its revision lacks `path` (upload it: `nodus cp`)."""
+    data = record.spec["spec"].get("data")
+    if not data:
+        return None, None
+    name = str(data["volume"])
+    volume = store.get(ResourceKey("Volume", record.key.project, name))
+    if volume is None or volume.status.get("phase") != Phase.READY:
+        message = f"spec.data.volume: Volume {name} is not Ready"
+        return None, {"phase": Phase.PENDING, "reason": Reason.VOLUME_NOT_READY, "message": message}
+    pinned = record.status.get("data") if record.status.get("launchGeneration") == launch_generation(record) else None
+    if data.get("revision"):
+        number = int(data["revision"])
+    elif isinstance(pinned, dict) and pinned.get("volume") == name and pinned.get("revision") is not None:
+        number = int(pinned["revision"])
+    else:
+        number = int(volume.status.get("revision") or 0)
+    path = data.get("path")
+    folder = project.volume_revision(record.key.project, name, number)
+    if path and not (folder / str(path)).exists():
+        where = f"vol/{name}:{path}"
+        message = f"spec.data.path: Volume {name} revision {number} has no {path} (upload it: nodus cp FILE {where})"
+        return None, {"phase": Phase.PENDING, "reason": Reason.VOLUME_NOT_READY, "message": message}
+    artifact = DataArtifact(
+        volume=VolumeRevision(name=name, revision=number),
+        path=str(path) if path else None,
+        format=str(data.get("format") or "JSONL"),
+        columns={str(k): str(v) for k, v in (data.get("columns") or {}).items()},
+    )
+    return artifact, None
+
+
+def data_params(data: DataArtifact) -> JSONObject:
+    """`params.json`'s `data`: the Volume and revision it was fixed to, the path in it, the format and columns."""
+    return {
+        "volume": data.volume.name,
+        "revision": data.volume.revision,
+        "path": data.path,
+        "format": data.format,
+        "columns": dict(data.columns),
+    }
+
+
+def _volume_name(model: ModelArtifact) -> str:
+    assert model.volume is not None
+    return f"volume:{model.volume.name}@{model.volume.revision}"
 
 
 def _stop_replaced(jobs: Executor, record: ResourceRecord) -> None:

@@ -11,7 +11,8 @@ What it names, and how:
   content store (`split/seed -> sha256`, as nodus-build froze them), and its package by the source digest
   nodus-build recorded. The one host path it may hold is `package.hostHint`, a `file://` URI of a path
   package's folder for process-mode graders on the host that applied it: a hint, marked as one;
-- the model by its pinned URI, or by Volume name and revision.
+- the model (and a distillation's teacher) by its pinned URI, or by Volume name and revision;
+- the data set by Volume name and revision, with the file or folder in it (`spec.data`, fixed at launch).
 
 It is serialised once, `model_dump_json(by_alias=True)`, camelCase, with `apiVersion` for the day it changes.
 """
@@ -135,6 +136,16 @@ class ModelArtifact(WorkloadModel):
         return self
 
 
+class DataArtifact(WorkloadModel):
+    """A data set: a file or folder of a Volume's revision, its format and the column mapping (`spec.data`)."""
+
+    volume: VolumeRevision
+    path: str | None = None
+    """A file or folder inside the revision; None: all of it."""
+    format: str = "JSONL"
+    columns: dict[str, str] = Field(default_factory=dict)
+
+
 class Workload(WorkloadModel):
     """One launch of a TrainingJob or Job: see the module docstring."""
 
@@ -154,6 +165,9 @@ class Workload(WorkloadModel):
     """The trainer's parameters (params.json)."""
     environment: EnvironmentArtifact | None = None
     model: ModelArtifact | None = None
+    teacher: ModelArtifact | None = None
+    """The teacher of a distillation run (`spec.teacher`), by pinned URI or Volume revision."""
+    data: DataArtifact | None = None
 
     @model_validator(mode="after")
     def _money_and_command(self) -> Workload:

@@ -7,7 +7,9 @@ folder. What the workload names by content becomes a place on this machine:
   `manifests/by-environment/<project>-<name>@<version>/<split>-<seed>.jsonl`, shared by every run of that version
   (any other seed is written by the first run that asks for it);
 - the package: its `file://` host hint, for process-mode graders (container mode runs the grader image);
-- the model: the project's imported copy of a pinned URI, or the Volume's revision folder (NODUS_INPUT_MODEL);
+- the model: the project's imported copy of a pinned URI, or the Volume's revision folder (NODUS_INPUT_MODEL), and
+  a distillation's teacher the same way (NODUS_INPUT_TEACHER);
+- the data: the data Volume's revision folder (NODUS_INPUT_DATA);
 - the command: `python`/`python3` of a TrainingJob's runtime run on the host (no image) is the interpreter nodus
   runs in, the one that has the managed runtimes' trainers installed with it; an image's command, and a Job's
   (the user's own command, run as written), stay as they are.
@@ -35,6 +37,8 @@ from .job import EnvironmentSpec, JobSpec
 
 HOST_PYTHONS: Final = frozenset({"python", "python3"})
 MODEL_VARIABLE: Final = "NODUS_INPUT_MODEL"
+TEACHER_VARIABLE: Final = "NODUS_INPUT_TEACHER"
+DATA_VARIABLE: Final = "NODUS_INPUT_DATA"
 
 
 def resolve(workload: Workload, project: Project | None, *, python: str = sys.executable) -> JobSpec:
@@ -42,9 +46,13 @@ def resolve(workload: Workload, project: Project | None, *, python: str = sys.ex
     models and the Volumes; without one (an executor over a bare jobs folder, in tests) a workload may name
     none of them."""
     env = dict(workload.env)
+    label = f"workload {workload.key.project}/{workload.key.name}"
     if workload.model is not None:
-        label = f"workload {workload.key.project}/{workload.key.name}"
         env[MODEL_VARIABLE] = str(model_path(workload.model, workload.key.project, label, project))
+    if workload.teacher is not None:
+        env[TEACHER_VARIABLE] = str(model_path(workload.teacher, workload.key.project, f"{label}: teacher", project))
+    if workload.data is not None:
+        env[DATA_VARIABLE] = str(data_path(workload, label, project))
     environment = None
     if workload.environment is not None:
         environment = environment_spec(workload.environment, workload, project)
@@ -141,6 +149,18 @@ def model_path(model: ModelArtifact, owner: str, label: str, project: Project | 
     folder = volume_folder(project, owner, model.volume.name, model.volume.revision)
     if not folder.is_dir():
         raise ConfigError(f"{label}: model.volume: Volume {model.volume.name} has no revision {model.volume.revision}")
+    return folder
+
+
+def data_path(workload: Workload, label: str, project: Project | None) -> Path:
+    """The data Volume's revision folder on this host (NODUS_INPUT_DATA; `params.json`'s `data.path` is in it)."""
+    assert workload.data is not None
+    volume = workload.data.volume
+    if project is None:
+        raise ConfigError(f"{label}: data: this executor has no project to find Volumes in")
+    folder = volume_folder(project, workload.key.project, volume.name, volume.revision)
+    if not folder.is_dir():
+        raise ConfigError(f"{label}: data.volume: Volume {volume.name} has no revision {volume.revision}")
     return folder
 
 
