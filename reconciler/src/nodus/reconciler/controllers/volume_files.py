@@ -20,8 +20,7 @@ from typing import Any
 
 from nodus.errors import ConfigError
 from nodus.reconciler.controllers.volume import commit_tree, make_writable, size_bytes, volume_path
-from nodus.reconciler.executors import locked
-from nodus.reconciler.executors.local.job import file_sha256
+from nodus.reconciler.executors import file_sha256, locked
 from nodus.reconciler.model_cache import MANIFEST
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore
