@@ -95,6 +95,7 @@ def run_runtime(
         params["tracking"] = tracking
     (root / "input" / "params.json").write_text(json.dumps(params))
     socket = root / "api.sock"
+    socket.unlink(missing_ok=True)  # an earlier attempt's (a Unix socket's file outlives its server)
     with FakePlatform(socket, REVERSE_WORDS, train=0, test=0) as fake:
         contract = {
             "NODUS_INPUT_PARAMS": str(root / "input"),

@@ -184,6 +184,24 @@ def test_the_qlora_refusal_names_the_parameter_and_why(capsys: pytest.CaptureFix
     assert line.startswith("nodus runtime: spec.parameters.quantization: 4bit (QLoRA) needs a CUDA GPU")
 
 
+def test_a_teacher_with_another_vocabulary_is_refused_before_any_weights_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("transformers")
+    from transformers import Qwen3Config
+
+    from nodus.runtimes.distill import Distill
+
+    for name, vocabulary in (("student", 400), ("teacher", 512)):
+        Qwen3Config(vocab_size=vocabulary, hidden_size=8, num_hidden_layers=1).save_pretrained(tmp_path / name)
+    run = SimpleNamespace(context=SimpleNamespace(model=tmp_path / "student"), teacher=tmp_path / "teacher")
+    line = refused(capsys, lambda: Distill().load_model(run))  # type: ignore[arg-type]
+    assert line == (
+        "nodus runtime: spec.teacher: the teacher's vocabulary has 512 tokens and the model's 400; distillation "
+        "compares whole next-token distributions, so they must share one"
+    )
+
+
 def test_tracking_is_asked_for_but_never_fails_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     warnings: list[str] = []
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

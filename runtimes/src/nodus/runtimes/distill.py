@@ -71,18 +71,24 @@ class Distill(Method):
     def shapes(self, task: str) -> tuple[Shape, ...]:
         return (Shape(("prompt",)), Shape(("messages",)))
 
+    def load_model(self, run: Run) -> Any:
+        from transformers import AutoConfig
+
+        assert run.teacher is not None
+        # Checked from the two configs before either model's weights are read.
+        student = AutoConfig.from_pretrained(str(run.context.model)).get_text_config().vocab_size
+        teacher = AutoConfig.from_pretrained(str(run.teacher)).get_text_config().vocab_size
+        if student != teacher:
+            raise Refusal(
+                f"spec.teacher: the teacher's vocabulary has {teacher} tokens and the model's {student}; "
+                "distillation compares whole next-token distributions, so they must share one"
+            )
+        self.teacher = load_teacher(run.teacher)
+        return super().load_model(run)
+
     def trainer(self, run: Run, model: Any, train: Any) -> Any:
         from trl import DistillationConfig, DistillationTrainer  # type: ignore[attr-defined]
 
-        assert run.teacher is not None
-        self.teacher = load_teacher(run.teacher)
-        student_vocabulary = model.config.get_text_config().vocab_size
-        teacher_vocabulary = self.teacher.config.get_text_config().vocab_size
-        if student_vocabulary != teacher_vocabulary:
-            raise Refusal(
-                f"spec.teacher: the teacher's vocabulary has {teacher_vocabulary} tokens and the model's "
-                f"{student_vocabulary}; distillation compares whole next-token distributions, so they must share one"
-            )
         config = run.config(
             DistillationConfig,
             temperature=self.temperature,

@@ -5,9 +5,9 @@ follows, from the seeds' "Tracking": params.json `tracking` (the TrainingJob's `
 W&B; the run reports to MLflow when its environment has `MLFLOW_TRACKING_URI` (the Secret adds the token or user
 and password), to W&B when it has `WANDB_API_KEY` (or `WANDB_MODE=offline`). TRL's `report_to` does the
 reporting (metrics every step, the training arguments as parameters). nodus shows its own stages and metrics
-either way, so a tracker asked for but not installed (mlflow and wandb are optional: the `tracking` extra), not
-configured, or failing while the run goes on (a server that cannot be reached) is one warning line in the log
-and the run carries on without it.
+either way, so a tracker asked for but not installed (mlflow and wandb are optional, not dependencies of
+nodus-runtimes), not configured, or failing while the run goes on (a server that cannot be reached) is one warning
+line in the log and the run carries on without it.
 """
 
 from __future__ import annotations
