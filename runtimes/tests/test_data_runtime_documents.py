@@ -29,7 +29,7 @@ MODULES = {
 }
 KEYWORDS = {"type", "minimum", "maximum", "exclusiveMinimum", "description", "enum", "oneOf", "items", "minItems"}
 KEYWORDS |= {"additionalProperties", "properties", "$schema"}
-EXAMPLES = {
+EXAMPLES: dict[str, list[dict[str, Any]]] = {
     # The Training guide's (seed 001) parameters for these runtimes, as examples/training holds them.
     "sft": [
         {"steps": 2000, "lora": {"r": 16, "alpha": 32}},

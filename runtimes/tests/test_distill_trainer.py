@@ -26,7 +26,8 @@ def fresh_student(teacher: Path, folder: Path) -> Path:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(7)
-    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(teacher)).save_pretrained(folder)
+    fresh = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(teacher))  # type: ignore[no-untyped-call, unused-ignore]
+    fresh.save_pretrained(folder)
     AutoTokenizer.from_pretrained(teacher).save_pretrained(folder)
     return folder
 

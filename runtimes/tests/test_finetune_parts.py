@@ -70,8 +70,8 @@ def test_csv_parquet_and_text_are_read(tmp_path: Path) -> None:
     data = load(tmp_path, DataSpec(format="CSV"), kto, "nodus/kto")
     assert [row["label"] for row in data.rows] == [True, False] and data.rows[0]["prompt"] == "Hi, you"
 
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     table = pa.table({"q": ["a", "b"], "good": ["x", "y"], "bad": ["z", "w"]})
     (tmp_path / "pairs").mkdir()

@@ -25,8 +25,8 @@ def model(tiny_model: tuple[str, str]) -> Path:
 
 
 def test_reward_model_with_lora_beats_chance_on_held_out_pairs(tmp_path: Path, model: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     rows = preference_rows(300)
     table = pa.table(

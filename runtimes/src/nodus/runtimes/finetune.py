@@ -260,7 +260,7 @@ def prepare_run(method: Method, log: Callable[[str], None]) -> tuple[Run, list[d
     train_rows, held_rows = split(data.rows, common.held_out_fraction, common.max_held_out, common.seed)
     tokenizer = load_tokenizer(context.model, padding_side=method.padding_side)
     chat = common.chat_template and bool(getattr(tokenizer, "chat_template", None))
-    run = Run(
+    job = Run(
         context=context,
         common=common,
         weights=weights,
@@ -272,7 +272,7 @@ def prepare_run(method: Method, log: Callable[[str], None]) -> tuple[Run, list[d
         teacher=teacher,
         trackers=report_to(context.params, lambda line: log(f"warning: {line}")),
     )
-    return run, [as_chat(r, chat) for r in train_rows], [as_chat(r, chat) for r in held_rows]
+    return job, [as_chat(r, chat) for r in train_rows], [as_chat(r, chat) for r in held_rows]
 
 
 def build_trainer(method: Method, run: Run, train_rows: list[dict[str, Any]]) -> Any:
@@ -298,63 +298,83 @@ def shown(measured: dict[str, float]) -> str:
     return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in measured.items())
 
 
+def baseline(method: Method, job: Run, trainer: Any, held: list[dict[str, Any]]) -> dict[str, float]:
+    """The held-out measurements before training: measured once, then kept in the state folder, so a resumed run
+    never takes a half-trained model for its baseline."""
+    context, steps = job.context, job.common.steps
+    saved_file = context.state / "baseline.json"
+    if saved_file.is_file():
+        saved = json.loads(saved_file.read_text())
+        job.log(f"baseline kept from attempt {saved.get('attempt')}: {shown(saved['measured'])}")
+        return dict(saved["measured"])
+    context.api.event(stage="Baseline", step=0, totalSteps=steps)
+    before = method.measure(job, trainer, held)
+    write_json(saved_file, {"measured": before, "attempt": context.attempt})
+    context.api.event(stage="Baseline", step=0, totalSteps=steps, metrics=before)
+    job.log(f"held out before training: {shown(before)}")
+    return before
+
+
+def train(job: Run, trainer: Any) -> None:
+    """TRL's training loop, from the newest checkpoint in the state folder when there is one."""
+    job.context.api.event(stage="Training", step=0, totalSteps=job.common.steps)
+    checkpoint = last_checkpoint(job.context.state / "checkpoints")
+    if checkpoint is not None:
+        job.log(f"resuming from {checkpoint.name}")
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+
+
+def final(method: Method, job: Run, trainer: Any, held: list[dict[str, Any]]) -> dict[str, float]:
+    steps = job.common.steps
+    job.context.api.event(stage="Evaluating", step=steps, totalSteps=steps)
+    after = method.measure(job, trainer, held)
+    job.context.api.event(stage="Evaluating", step=steps, totalSteps=steps, metrics=after)
+    return after
+
+
+def sources(method: Method, job: Run) -> dict[str, Any]:
+    """What provenance.json says about the inputs besides the model: the data's files, the teacher, a Scratch start."""
+    found: dict[str, Any] = {"data": job.data.provenance()}
+    if job.teacher is not None:
+        revision = job.context.params.get("teacherRevision")
+        found["teacher"] = {"revision": revision, "digest": model_digest(job.teacher)}
+    if method.initialization(job) != "Continued":
+        found["initialization"] = method.initialization(job)
+    return found
+
+
 def run(method: Method) -> int:
     started = time.monotonic()
     log = logger(method.runtime)
-    run, train_rows, held_rows = prepare_run(method, log)
-    context, common = run.context, run.common
-    files = ", ".join(f.relative for f in run.data.files[:3]) + (" ..." if len(run.data.files) > 3 else "")
+    job, train_rows, held_rows = prepare_run(method, log)
+    files = ", ".join(f.relative for f in job.data.files[:3]) + (" ..." if len(job.data.files) > 3 else "")
     log(
-        f"attempt {context.attempt}: {run.task} ({run.weights.method}) on {len(train_rows)} rows, "
-        f"{len(held_rows)} held out, of {files} ({run.data.shape.describe()}); {common.steps} steps"
+        f"attempt {job.context.attempt}: {job.task} ({job.weights.method}) on {len(train_rows)} rows, "
+        f"{len(held_rows)} held out, of {files} ({job.data.shape.describe()}); {job.common.steps} steps"
     )
-    trainer = build_trainer(method, run, train_rows)
-    method.prepare(run, trainer, held_rows)
-
-    baseline_file = context.state / "baseline.json"
-    if baseline_file.is_file():
-        saved = json.loads(baseline_file.read_text())
-        before = dict(saved["measured"])
-        log(f"baseline kept from attempt {saved.get('attempt')}: {shown(before)}")
-    else:
-        context.api.event(stage="Baseline", step=0, totalSteps=common.steps)
-        before = method.measure(run, trainer, held_rows)
-        write_json(baseline_file, {"measured": before, "attempt": context.attempt})
-        context.api.event(stage="Baseline", step=0, totalSteps=common.steps, metrics=before)
-        log(f"held out before training: {shown(before)}")
-    context.api.event(stage="Training", step=0, totalSteps=common.steps)
-
-    checkpoint = last_checkpoint(context.state / "checkpoints")
-    if checkpoint is not None:
-        log(f"resuming from {checkpoint.name}")
-    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-
-    context.api.event(stage="Evaluating", step=common.steps, totalSteps=common.steps)
-    after = method.measure(run, trainer, held_rows)
-    context.api.event(stage="Evaluating", step=common.steps, totalSteps=common.steps, metrics=after)
+    trainer = build_trainer(method, job, train_rows)
+    method.prepare(job, trainer, held_rows)
+    before = baseline(method, job, trainer, held_rows)
+    train(job, trainer)
+    after = final(method, job, trainer, held_rows)
     metric = method.metric
     improved = metric.improved(before[metric.name], after[metric.name])
     log(f"held out after training: {shown(after)} ({metric.name} {'improved' if improved else 'did not improve'})")
-    context.api.event(stage="Exporting", step=common.steps, totalSteps=common.steps)
-    sources: dict[str, Any] = {"data": run.data.provenance()}
-    if run.teacher is not None:
-        teacher = {"revision": context.params.get("teacherRevision"), "digest": model_digest(run.teacher)}
-        sources["teacher"] = teacher
-    if method.initialization(run) != "Continued":
-        sources["initialization"] = method.initialization(run)
+
+    job.context.api.event(stage="Exporting", step=job.common.steps, totalSteps=job.common.steps)
     export(
-        context,
+        job.context,
         trainer=trainer,
-        tokenizer=run.tokenizer,
-        weights=run.weights.folder,
+        tokenizer=job.tokenizer,
+        weights=job.weights.folder,
         curves=method.curves,
-        sources=sources,
+        sources=sources(method, job),
         results={
             "runtime": method.runtime,
-            "task": run.task,
-            "method": run.weights.method,
-            "quantization": run.weights.quantization,
-            "steps": common.steps,
+            "task": job.task,
+            "method": job.weights.method,
+            "quantization": job.weights.quantization,
+            "steps": job.common.steps,
             "trainRows": len(train_rows),
             "heldOutRows": len(held_rows),
             "heldOut": {
@@ -366,7 +386,7 @@ def run(method: Method) -> int:
                 "improved": improved,
             },
             "seconds": round(time.monotonic() - started, 1),
-            "attempt": context.attempt,
+            "attempt": job.context.attempt,
         },
     )
     log("done")
