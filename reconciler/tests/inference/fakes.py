@@ -203,6 +203,8 @@ class FakeUpstream:
                     yield f"data: {json.dumps(error)}\n\n".encode()
                     return
                 if command == "drop":
+                    # A moment after its last token (so the gateway has read it), the connection breaks.
+                    await asyncio.sleep(0.2)
                     raise RuntimeError("the fake model server breaks the connection")
                 yield event(delta(finish="length" if "max" in words else "stop"), count)
             if final_usage:

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from nodus.reconciler.inference.keys import create_key
-from nodus.reconciler.inference.ledger import Ledger, ReceiptState
+from nodus.reconciler.inference.ledger import Ledger, Receipt, ReceiptState
 from nodus.reconciler.state.sql import SqlStore
 
 from .conftest import PutEndpoint
-from .processes import gateway_process, read_line
+from .processes import gateway_process, read_line, wait_for
 
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.slow
@@ -86,8 +86,8 @@ def test_the_openai_client_gets_completions_through_the_gateway_streamed_and_not
         reply = raw.parse()
         assert isinstance(reply.choices[0].message.content, str) and reply.model == "endpoint/support"
         assert reply.usage is not None and 1 <= reply.usage.completion_tokens <= 8
-        receipt = ledger.receipt(raw.headers["nodus-request-id"])
-        assert receipt is not None and receipt.state == ReceiptState.SETTLED
+        receipt = settled(ledger, raw.headers["nodus-request-id"])
+        assert receipt.state == ReceiptState.SETTLED
         assert receipt.usage.input_tokens == reply.usage.prompt_tokens
         assert receipt.usage.output_tokens == reply.usage.completion_tokens
         held = store.fetch_one(
@@ -107,8 +107,8 @@ def test_the_openai_client_gets_completions_through_the_gateway_streamed_and_not
         assert isinstance(text, str) and chunks[-1].usage is not None
         produced = chunks[-1].usage.completion_tokens
         streamed = [r for r in ledger_receipts(store) if r != receipt.id]
-        last = ledger.receipt(streamed[-1])
-        assert last is not None and last.state == ReceiptState.SETTLED and last.usage.output_tokens == produced
+        last = settled(ledger, streamed[-1])
+        assert last.state == ReceiptState.SETTLED and last.usage.output_tokens == produced
 
         response = client.responses.create(
             model="endpoint/support", input="alpha beta", max_output_tokens=8, store=False
@@ -121,6 +121,12 @@ def test_the_openai_client_gets_completions_through_the_gateway_streamed_and_not
         assert refused.value.code == "Unsupported"
         models = [model.id for model in client.models.list()]
         assert models == ["endpoint/support", "nodus/tiny-qwen3"]
+
+
+def settled(ledger: Ledger, request_id: str) -> Receipt:
+    """The receipt once the request is no longer Running (a whole answer is settled just after it is sent)."""
+    found: Receipt = wait_for(lambda: (r := ledger.receipt(request_id)) and r.state != ReceiptState.RUNNING and r)
+    return found
 
 
 def ledger_receipts(store: SqlStore) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from nodus.reconciler.inference.keys import create_key
-from nodus.reconciler.inference.ledger import Ledger, ReceiptState
+from nodus.reconciler.inference.ledger import Ledger, Receipt, ReceiptState
 from nodus.reconciler.state.sql import SqlStore
 
 from .conftest import PutEndpoint
@@ -44,6 +44,12 @@ def fake() -> Iterator[tuple[FakeUpstream, Path]]:
 def setup(store: SqlStore, put_endpoint: PutEndpoint, fake: tuple[FakeUpstream, Path]) -> tuple[str, FakeUpstream]:
     put_endpoint("ep", upstream=f"unix:{fake[1]}", maxCostUSD="1.00")
     return create_key(store, "app").secret, fake[0]
+
+
+def settled(ledger: Ledger, request_id: str) -> Receipt:
+    """The receipt once the request is no longer Running (a whole answer is settled just after it is sent)."""
+    found: Receipt = wait_for(lambda: (r := ledger.receipt(request_id)) and r.state != ReceiptState.RUNNING and r)
+    return found
 
 
 def body(text: str, **extra: Any) -> dict[str, Any]:
@@ -88,7 +94,7 @@ def test_a_client_hanging_up_mid_stream_pays_for_what_was_produced(
             request_id = response.headers["nodus-request-id"]
             assert len(data_lines(response, limit=3)) == 3
         ledger = Ledger(store)
-        receipt = wait_for(lambda: (r := ledger.receipt(request_id)) and r.state != ReceiptState.RUNNING and r)
+        receipt = settled(ledger, request_id)
         assert receipt.state == ReceiptState.SETTLED and 2 <= receipt.usage.output_tokens < 60
         assert receipt.outcome.startswith("the client closed the stream after")
         assert receipt.amount_nanos == receipt.usage.input_tokens * 1000 + receipt.usage.output_tokens * 2000
@@ -124,7 +130,7 @@ def test_a_killed_gateway_leaves_its_request_unknown_uncharged_and_nothing_else_
     ledger = Ledger(store)
     with gateway_process(store_url, tmp_path) as gateway:
         done = gateway.client().request("POST", "/v1/chat/completions", body("say 3"), auth)
-        before = ledger.receipt(done.headers["nodus-request-id"])
+        before = settled(ledger, done.headers["nodus-request-id"])
         spent_before = ledger.spend("default", "ep")[0]
         with gateway.client().open_stream("/v1/chat/completions", body("slow 400", stream=True), auth) as response:
             request_id = response.headers["nodus-request-id"]

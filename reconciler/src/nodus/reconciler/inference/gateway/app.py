@@ -6,8 +6,8 @@ of a model route goes through one pipeline (`Gateway.handle`):
   endpoint of the key's project serves, or the endpoint of `/endpoints/PROJECT/NAME/v1/...`; 404) -> is it
   Running (503) -> the operation's checks and bounds (400) -> the ledger admits it and holds its maximum cost, or
   refuses (401, 402, 409, 429), or returns the stored answer of an Idempotency-Key (`Idempotent-Replayed: true`)
-  -> forward to the model server -> settle what it used (or release it: an upstream failure is 502/503
-  `Unavailable`, not charged).
+  -> forward to the model server -> settle what it used, right after the answer is sent (or release it: an
+  upstream failure is 502/503 `Unavailable`, not charged).
 Routes, on the shared base URL and under `/endpoints/{project}/{endpoint}`: `POST /v1/chat/completions`,
 `/v1/completions`, `/v1/responses`, `/v1/messages`, `/v1/embeddings`; `GET /v1/models`, `GET /v1/requests/{id}`
 (the receipt). `GET /health` answers 200 without a key. Every response carries `Nodus-Request-Id`; errors have
@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -37,6 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from nodus.reconciler.inference.endpoints import Endpoint, EndpointDirectory, find_endpoint
 from nodus.reconciler.inference.errors import ErrorCode, InferenceError, invalid, unavailable, unsupported
 from nodus.reconciler.inference.gateway.body import MAX_BODY_BYTES, api_key, idempotency_key, parse_json, read_body
+from nodus.reconciler.inference.gateway.group_commit import GroupCommit
 from nodus.reconciler.inference.gateway.operations import OPERATIONS
 from nodus.reconciler.inference.gateway.operations.base import Operation, Payload, Prepared, usage_of
 from nodus.reconciler.inference.gateway.relay import StreamEnd, StreamRelay
@@ -124,6 +126,7 @@ class Gateway:
     def __post_init__(self) -> None:
         self.streams: set[StreamRelay] = set()
         self.stopping = False
+        self.writes = GroupCommit(self.ledger.store)
 
     # ---- the app
 
@@ -154,6 +157,7 @@ class Gateway:
             yield
         finally:
             await self.upstreams.close()
+            await anyio.to_thread.run_sync(self.writes.close)
 
     def cut_streams(self, reason: str) -> None:
         """Cut every stream in flight (the gateway is stopping): each is settled for what it produced."""
@@ -328,7 +332,7 @@ class Gateway:
         )
         if self.stopping:
             raise unavailable("the gateway is stopping; retry shortly")
-        result = await self.thread(self.ledger.admit, admission)
+        result = await self.writes.call(functools.partial(self.ledger.admit, admission))
         if isinstance(result, Replay):
             headers = {"Idempotent-Replayed": "true", REQUEST_ID_HEADER: result.request_id}
             stored = result.answer
@@ -367,8 +371,9 @@ class Gateway:
             outcome = "the model server reported no usage: charged the hold"
         text = json.dumps(operation.answer(answer.payload, prepared, request_id), ensure_ascii=False)
         kept = StoredAnswer(200, "application/json", text) if admission.idempotency_key else None
-        await self.finish(request_id, self.ledger.settle, usage, answer=kept, outcome=outcome)
-        return Response(text, media_type="application/json")
+        # Settled once the answer is sent: the client does not wait for the ledger's commit.
+        settle = BackgroundTask(self.finish, request_id, self.ledger.settle, usage, answer=kept, outcome=outcome)
+        return Response(text, media_type="application/json", background=settle)
 
     async def stream(
         self, endpoint: Endpoint, operation: Operation, prepared: Prepared, admission: Admission
@@ -435,6 +440,6 @@ class Gateway:
         request left Running ends Unknown (never charged)."""
         with anyio.CancelScope(shield=True):
             try:
-                await anyio.to_thread.run_sync(functools.partial(action, request_id, *args, **options))
+                await self.writes.call(functools.partial(action, request_id, *args, **options))
             except Exception:
                 log.exception("the ledger could not record how request %s ended", request_id)
