@@ -13,8 +13,10 @@ An endpoint comes from its `InferenceEndpoint` record (`store.list("InferenceEnd
   - `upstream`: where the model server listens, `unix:/path/to.sock` or `http://127.0.0.1:PORT`;
   - `servedModel`: the model name that server knows (`--name` of nodus's server, `--served-model-name` of
     `vllm serve`, or an adapter's name under `--lora-modules`); the gateway sends it as `model`;
-  - optional `priceModel`: the model id whose per-token price applies (default: `spec.model`, when that is
-    a model id string); for an adapter, its base model's id;
+  - `model`: the model id requests may name and `/v1/models` lists (default: `spec.model` when it is an id
+    string; the controller writes it for a Volume or a TrainingJob's adapter);
+  - optional `priceModel`: the model id whose per-token price applies (default: `model`); for an adapter, its
+    base model's id when the price table names only the base;
   - optional `maxModelLen`: the context window in tokens; when left out the gateway asks the model server's
     `/v1/models` (nodus's server and vLLM both report `max_model_len`);
   - optional `operations`: the routes the model serves (`ChatCompletions`, `Completions`, `Responses`,
@@ -104,7 +106,8 @@ def endpoint_of(record: ResourceRecord) -> Endpoint:
     spec: Mapping[str, Any] = document.get("spec") or {}
     metadata: Mapping[str, Any] = document.get("metadata") or {}
     status = record.status
-    model = _model_id(spec.get("model", ""))
+    resolved = status.get("model")
+    model = resolved if isinstance(resolved, str) and resolved else _model_id(spec.get("model", ""))
     cap = spec.get("maxCostUSD")
     operations = status.get("operations")
     price_model = status.get("priceModel")
