@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from enum import StrEnum
 from typing import Any, Protocol
 
 from nodus.reconciler.state.records import ResourceRecord, StateStore, canonical
@@ -39,7 +40,7 @@ from nodus.specs.status_names import Phase
 KIND = "InferenceEndpoint"
 
 
-class Operation:
+class Operation(StrEnum):
     """The operations a model may serve, as receipts and `status.operations` name them."""
 
     CHAT_COMPLETIONS = "ChatCompletions"
@@ -47,7 +48,6 @@ class Operation:
     RESPONSES = "Responses"
     MESSAGES = "Messages"
     EMBEDDINGS = "Embeddings"
-    ALL = (CHAT_COMPLETIONS, COMPLETIONS, RESPONSES, MESSAGES, EMBEDDINGS)
 
 
 @dataclass(frozen=True)

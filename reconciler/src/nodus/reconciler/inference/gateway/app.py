@@ -186,17 +186,30 @@ class Gateway:
         raise unsupported("Messages token counting is not available")
 
     async def key_of(self, request: Request) -> ApiKey:
-        secret = api_key(request)
-        key = await self.thread(find_key, self.ledger.store, secret)
+        return await self.thread(self.check_key, api_key(request))
+
+    def check_key(self, secret: str) -> ApiKey:
+        """The key of a secret (a read of the store: called off the event loop); 401 for none or a revoked one."""
+        key = find_key(self.ledger.store, secret)
         if key is None:
             raise InferenceError(ErrorCode.UNAUTHORIZED, "invalid API key")
         if key.revoked:
             raise InferenceError(ErrorCode.UNAUTHORIZED, f"the API key {key.name} is revoked")
         return key
 
+    def identify(
+        self, secret: str, body: Payload, malformed: InferenceError | None, params: dict[str, Any]
+    ) -> tuple[ApiKey, Endpoint]:
+        """The key, then the endpoint a request names: the store reads of a request, in one trip off the loop. A
+        malformed body is reported after the key is checked (401 before 400)."""
+        key = self.check_key(secret)
+        if malformed is not None:
+            raise malformed
+        return key, self.resolve(key, body, self.pinned(params, key))
+
     async def models(self, request: Request) -> Response:
         key = await self.key_of(request)
-        pinned = self.pinned(request, key)
+        pinned = await self.thread(self.pinned, dict(request.path_params), key)
         endpoints = [pinned] if pinned else await self.thread(self.directory.endpoints, key.project)
         data: dict[str, Payload] = {}
         for endpoint in endpoints:
@@ -232,11 +245,12 @@ class Gateway:
 
         return route
 
-    def pinned(self, request: Request, key: ApiKey) -> Endpoint | None:
-        project = request.path_params.get("project")
+    def pinned(self, params: dict[str, Any], key: ApiKey) -> Endpoint | None:
+        """The endpoint of a `/endpoints/PROJECT/NAME/v1/...` path (None on the shared base URL)."""
+        project = params.get("project")
         if project is None:
             return None
-        name = request.path_params["endpoint"]
+        name = params["endpoint"]
         if project != key.project:
             raise InferenceError(
                 ErrorCode.UNAUTHORIZED, f"the API key {key.name} belongs to project {key.project}, not {project}"
@@ -301,9 +315,14 @@ class Gateway:
     async def handle(self, request: Request, operation: Operation) -> Response | StreamRelay:
         request_id: str = request.state.request_id
         raw = await read_body(request, self.max_body_bytes)
-        key = await self.key_of(request)
-        body = parse_json(raw)
-        endpoint = self.resolve(key, body, self.pinned(request, key))
+        secret = api_key(request)
+        body: Payload = {}
+        malformed: InferenceError | None = None
+        try:
+            body = parse_json(raw)
+        except InferenceError as error:
+            malformed = error
+        _, endpoint = await self.thread(self.identify, secret, body, malformed, dict(request.path_params))
         not_serving = endpoint.why_not_serving()
         if not_serving is not None:
             raise unavailable(not_serving, retry_after=5)
@@ -319,7 +338,7 @@ class Gateway:
         admission = Admission(
             request_id=request_id,
             gateway=self.gateway_id,
-            key_digest=secret_digest(api_key(request)),
+            key_digest=secret_digest(secret),
             endpoint=endpoint,
             operation=operation.name,
             model=prepared.client_model,

@@ -55,10 +55,16 @@ class Translator(Protocol):
 
 
 class Operation(Protocol):
-    name: str
-    """As receipts and `status.operations` name it: ChatCompletions, Completions, Responses, Messages, Embeddings."""
-    route: str
-    """The client's path after the base URL: /v1/chat/completions."""
+    @property
+    def name(self) -> str:
+        """As receipts and `status.operations` name it: ChatCompletions, Completions, Responses, Messages,
+        Embeddings (`endpoints.Operation`)."""
+        ...
+
+    @property
+    def route(self) -> str:
+        """The client's path after the base URL: /v1/chat/completions."""
+        ...
 
     def prepare(self, body: Payload) -> Prepared:
         """The request to forward; 400 Invalid or Unsupported for what cannot be forwarded or billed."""
