@@ -175,7 +175,7 @@ class Gateway:
 
     async def on_crash(self, request: Request, error: Exception) -> Response:
         log.exception("the gateway failed on %s %s", request.method, request.url.path)
-        return error_response(unavailable(f"the gateway failed: {error.__class__.__name__}: {error}", status=500))
+        return error_response(unavailable(f"the gateway failed: {error.__class__.__name__}: {error}", status=502))
 
     # ---- plain routes
 

@@ -78,7 +78,8 @@ class Operation(Protocol):
 
 
 def refuse_unbilled(body: Payload) -> None:
-    """What the seeds refuse on every route: a non-default service_tier, `store`, `background`, several choices."""
+    """What the seeds refuse on every route: a non-default service_tier, `store`, `background`, several choices
+    (n, best_of: the model would generate more than one answer's tokens, which the hold does not count)."""
     if body.get("service_tier") not in DEFAULT_SERVICE_TIERS:
         raise unsupported(f"service_tier: {body['service_tier']!r} is not served (only the default tier)")
     if body.get("store"):
@@ -87,6 +88,8 @@ def refuse_unbilled(body: Payload) -> None:
         raise unsupported("background: background requests are not served")
     if body.get("n") not in (None, 1):
         raise unsupported("n: one choice per request")
+    if body.get("best_of") not in (None, 1):
+        raise unsupported("best_of: best-of sampling is not served (one choice per request)")
 
 
 def optional_positive(body: Payload, name: str) -> int | None:
