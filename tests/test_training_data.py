@@ -24,7 +24,10 @@ params = json.loads((pathlib.Path(os.environ["NODUS_INPUT_PARAMS"]) / "params.js
 data = pathlib.Path(os.environ["NODUS_INPUT_DATA"]) / params["data"]["path"]
 out = pathlib.Path(os.environ["NODUS_OUTPUT_DIR"])
 report = {"data": params["data"], "lines": data.read_text().splitlines(), "teacher": os.environ.get("NODUS_INPUT_TEACHER"),
-          "teacherRevision": params.get("teacherRevision")}
+          "teacherRevision": params.get("teacherRevision"), "tracking": params.get("tracking"),
+          "env": {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME")},
+          "hfTokenSha": __import__("hashlib").sha256(os.environ.get("HF_TOKEN", "").encode()).hexdigest(),
+          "mlflowTokenSha": __import__("hashlib").sha256(os.environ.get("MLFLOW_TRACKING_TOKEN", "").encode()).hexdigest()}
 (out / "report.json").write_text(json.dumps(report))
 """
 RUNTIME = """apiVersion: nodus.dev/v1beta1
@@ -132,3 +135,57 @@ def test_a_distillation_gets_its_teacher(
     assert report["teacherRevision"] == teacher
     assert Path(report["teacher"]).is_dir() and (Path(report["teacher"]) / "config.json").is_file()
     assert Path(report["teacher"]).is_relative_to(project / ".nodus" / "models")  # imported, read-only, as a model
+
+
+SECRETS = """apiVersion: nodus.dev/v1
+kind: Secret
+metadata: {name: hf-token}
+spec: {keys: [HF_TOKEN], envPrefix: TEST_}
+---
+apiVersion: nodus.dev/v1
+kind: Secret
+metadata: {name: mlflow}
+spec: {keys: [MLFLOW_TRACKING_TOKEN], provider: File, path: secrets/mlflow.env}
+"""
+
+
+def test_secrets_reach_the_trainer_and_no_file_of_the_state_folder(
+    project: Path, tiny_model: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hashlib
+
+    monkeypatch.setenv("HF_HUB_CACHE", tiny_model[0])
+    hf_value, mlflow_value = "hf_SECRETvalue_2d1f0c", "mlflow-SECRET-7e3a9b"
+    (project / "secrets").mkdir()
+    (project / "secrets" / "mlflow.env").write_text(f"MLFLOW_TRACKING_TOKEN={mlflow_value}\n")
+    (project / "secrets.yaml").write_text(SECRETS)
+    (project / "chats.jsonl").write_text('{"question": "a b", "answer": "b a"}\n')
+    assert nodus("apply", ".", "--yes")[0] == 0
+    assert nodus("cp", "chats.jsonl", "vol/chats:chats.jsonl")[0] == 0
+    model = f'  model: {{uri: "hf://nodus/tiny-qwen3@{tiny_model[1]}", secret: hf-token}}\n'
+    tracking = "  tracking: {mlflow: {uri: http://127.0.0.1:5999, secret: mlflow, experiment: sft-runs}}\n"
+    (project / "job.yaml").write_text(JOB.format(task="SFT", answer="answer", extra=model + tracking))
+
+    code, output = nodus("apply", ".", "--yes")  # TEST_HF_TOKEN is not set: refused, naming the Secret and key
+    assert code != 0 or "Failed" in output, output
+    failed = status()
+    assert failed["phase"] == "Failed", failed
+    assert (
+        "spec.model.secret: Secret hf-token key HF_TOKEN: the environment variable TEST_HF_TOKEN is not set"
+        in (failed["message"])
+    )
+
+    monkeypatch.setenv("TEST_HF_TOKEN", hf_value)
+    code, output = nodus("apply", ".", "--yes", "--wait", "--timeout", "2m")
+    assert code == 0 and "TrainingJob/sft: Succeeded" in output, output
+    report = json.loads((project / ".nodus/jobs/default/sft/outputs/report.json").read_text())
+    assert report["hfTokenSha"] == hashlib.sha256(hf_value.encode()).hexdigest()
+    assert report["mlflowTokenSha"] == hashlib.sha256(mlflow_value.encode()).hexdigest()
+    assert report["env"] == {"MLFLOW_TRACKING_URI": "http://127.0.0.1:5999", "MLFLOW_EXPERIMENT_NAME": "sft-runs"}
+    assert report["tracking"] == {"mlflow": {"experiment": "sft-runs"}}
+    for path in (project / ".nodus").rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+            assert hf_value.encode() not in data and mlflow_value.encode() not in data, path
+    code, output = nodus("describe", "tj/sft")
+    assert hf_value not in output and mlflow_value not in output

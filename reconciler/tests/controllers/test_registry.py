@@ -19,6 +19,7 @@ from nodus.reconciler.controllers.inferenceendpoint_controller import InferenceE
 from nodus.reconciler.controllers.job_controller import JobController
 from nodus.reconciler.controllers.registry import REGISTRY, Registry, reconcile
 from nodus.reconciler.controllers.runtime_controller import TrainingRuntimeController
+from nodus.reconciler.controllers.secret_controller import SecretController
 from nodus.reconciler.controllers.stored_only import StoredOnlyController
 from nodus.reconciler.controllers.trainingjob_controller import TrainingJobController
 from nodus.reconciler.controllers.volume_controller import VolumeController
@@ -26,14 +27,14 @@ from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore
 from nodus.specs.registry import BY_KIND
 
-KEY = ResourceKey("Secret", "default", "token")
-DOCUMENT: JSONObject = {"apiVersion": "nodus.dev/v1", "kind": "Secret", "metadata": {"name": "token"}, "spec": {}}
+KEY = ResourceKey("Budget", "default", "token")
+DOCUMENT: JSONObject = {"apiVersion": "nodus.dev/v1", "kind": "Budget", "metadata": {"name": "token"}, "spec": {}}
 
 
 class Raising(ControllerBase):
     """A controller whose every pass raises `error` (the host refused, the environment cannot load)."""
 
-    kind = "Secret"
+    kind = "Budget"
 
     def __init__(self, error: Exception) -> None:
         self.error = error
@@ -74,19 +75,18 @@ def test_every_kind_of_the_specs_routes_to_its_controller_or_the_stored_only_one
         "TrainingJob": TrainingJobController,
         "Job": JobController,
         "InferenceEndpoint": InferenceEndpointController,
+        "Secret": SecretController,
     }
     for kind in BY_KIND:
         assert isinstance(REGISTRY.for_kind(kind), expected.get(kind, StoredOnlyController)), kind
         assert has_controller(kind) == (kind in expected)
     assert CONTROLLED_KINDS == REGISTRY.kinds() == frozenset(expected)
-    assert {"Agent", "AgentRun", "AgentGroup", "Secret", "Budget"} <= set(
-        BY_KIND
-    ) - CONTROLLED_KINDS
+    assert {"Agent", "AgentRun", "AgentGroup", "Budget"} <= set(BY_KIND) - CONTROLLED_KINDS
 
 
 def test_registering_a_controller_takes_its_kind_out_of_the_stored_only_set(monkeypatch: pytest.MonkeyPatch) -> None:
     with_controller(monkeypatch, Raising(ConfigError("unused")))
-    assert has_controller("Secret") and isinstance(registry_module.REGISTRY.for_kind("Secret"), Raising)
+    assert has_controller("Budget") and isinstance(registry_module.REGISTRY.for_kind("Budget"), Raising)
     with pytest.raises(ValueError, match="registered already"):
         registry_module.REGISTRY.register(Raising(ConfigError("twice")))
 
@@ -96,7 +96,7 @@ def test_a_stored_only_kind_is_unsupported_and_said_once_per_change(project: Pro
     said: list[tuple[str, str]] = []
     result = reconcile(record, Context(project, store, report=lambda *line: said.append(line), action="create"))
     assert isinstance(result, Done) and result.status["phase"] == "Unsupported"
-    assert said == [("Secret/token", "stored only: nodus has no controller for Secret yet (nothing runs it)")]
+    assert said == [("Budget/token", "stored only: nodus has no controller for Budget yet (nothing runs it)")]
     reconcile(record, Context(project, store, report=lambda *line: said.append(line), action="noop"))
     assert len(said) == 1
 

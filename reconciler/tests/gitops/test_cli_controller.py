@@ -36,14 +36,14 @@ def test_once_syncs_and_get_shows_sync_health_and_revision(service: Path, git_re
     assert f'synced {sha[:7]} "creds": 1 changed' in output and "Secret/creds: created" not in output  # not -v
     code, output = nodus("get", "secret", "-o", "wide")
     assert code == 0 and output.split()[:7] == ["NAME", "PHASE", "AGE", "REASON", "SYNC", "HEALTH", "REVISION"]
-    assert "Synced" in output and "Unknown" in output and sha[:7] in output  # a Secret: nothing runs it
+    assert "Synced" in output and "Healthy" in output and sha[:7] in output  # a Secret: Ready once stored
     code, output = nodus("get", "secret", "creds", "-o", "json")
     sync = json.loads(output)["sync"]
-    assert (sync["status"], sync["health"], sync["revision"], sync["outcome"]) == ("Synced", "Unknown", sha, "Applied")
+    assert (sync["status"], sync["health"], sync["revision"], sync["outcome"]) == ("Synced", "Healthy", sha, "Applied")
     code, output = nodus("get", "secret")
     assert "SYNC" not in output  # the default columns stay the seeds'
     code, output = nodus("controller", "--repo", str(git_repo.folder), "--once", "-v")
-    assert code == 0 and f"in sync at {sha[:7]}; 1 Synced, 1 Unknown" in output
+    assert code == 0 and f"in sync at {sha[:7]}; 1 Synced, 1 Healthy" in output
 
 
 def test_once_exits_1_when_the_sync_fails(service: Path, git_repo: Any) -> None:

@@ -80,16 +80,14 @@ def test_a_pass_applies_a_new_revision_then_finds_it_in_sync(controller: Control
     assert report.outcome == SYNCED and report.changed == 2 and report.revision and report.revision.sha == first
     assert report.sync == {"Synced": 2, "OutOfSync": 0} and report.health == {
         **report.health,
-        "Healthy": 1,
-        "Unknown": 1,
+        "Healthy": 2,
+        "Unknown": 0,
     }
-    # The Secret's second line says nothing runs it (stored only).
-    assert [event for event, _ in controller.told] == ["applying", "resource", "resource", "resource"]
-    assert (
-        f'synced {first[:7]} "creds and data": 2 changed, 0 launched; 2 Synced, 1 Healthy, 1 Unknown' in report.line()
-    )
+    # The Secret is Ready once stored (its values stay where it says).
+    assert [event for event, _ in controller.told] == ["applying", "resource", "resource"]
+    assert f'synced {first[:7]} "creds and data": 2 changed, 0 launched; 2 Synced, 2 Healthy' in report.line()
     assert controller.states() == {
-        "Secret/creds": ("Synced", "Unknown", first),
+        "Secret/creds": ("Synced", "Healthy", first),
         "Volume/data": ("Synced", "Healthy", first),
     }
     summary = sync_status.last_summary(controller.store)
@@ -97,12 +95,12 @@ def test_a_pass_applies_a_new_revision_then_finds_it_in_sync(controller: Control
     serial = controller.store.serial()
     again = controller.sync()
     assert again.outcome == IN_SYNC and controller.told == [] and controller.store.serial() == serial
-    assert again.line() == f"in sync at {first[:7]}; 2 Synced, 1 Healthy, 1 Unknown"
+    assert again.line() == f"in sync at {first[:7]}; 2 Synced, 2 Healthy"
 
     second = controller.repo.commit("one more key", {"a.yaml": SECRET.format(name="creds", keys="A, B")})
     report = controller.sync()
     assert report.outcome == SYNCED and report.changed == 1
-    assert controller.states()["Secret/creds"] == ("Synced", "Unknown", second)
+    assert controller.states()["Secret/creds"] == ("Synced", "Healthy", second)
     assert controller.states()["Volume/data"] == ("Synced", "Healthy", second)  # unchanged, synced at the new revision
     record = controller.store.get(CREDS)
     assert record is not None and record.generation == 2 and record.spec["spec"]["keys"] == ["A", "B"]
@@ -127,13 +125,13 @@ def test_a_revision_that_does_not_parse_fails_and_keeps_the_last_sync_records(co
     report = controller.sync()
     assert report.outcome == FAILED and not report.ok and report.revision and report.revision.sha == broken
     assert report.message.startswith("a.yaml:") and "spec.keys" in report.message  # relative to the repository
-    assert controller.states()["Secret/creds"] == ("Synced", "Unknown", first)
+    assert controller.states()["Secret/creds"] == ("Synced", "Healthy", first)
     summary = sync_status.last_summary(controller.store)
     assert summary is not None and (summary.revision, summary.outcome) == (broken, "Failed")
     assert controller.sync().outcome == FAILED  # tried again every interval, in case it was the outside world
     fixed = controller.repo.commit("fixed", {"a.yaml": SECRET.format(name="creds", keys="B")})
     assert controller.sync().outcome == SYNCED
-    assert controller.states()["Secret/creds"] == ("Synced", "Unknown", fixed)
+    assert controller.states()["Secret/creds"] == ("Synced", "Healthy", fixed)
 
 
 def test_an_apply_refused_by_admission_records_which_resource_failed(controller: Controller) -> None:

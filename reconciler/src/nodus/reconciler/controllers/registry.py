@@ -24,6 +24,7 @@ from nodus.reconciler.controllers.environment_controller import EnvironmentContr
 from nodus.reconciler.controllers.inferenceendpoint_controller import InferenceEndpointController
 from nodus.reconciler.controllers.job_controller import JobController
 from nodus.reconciler.controllers.runtime_controller import TrainingRuntimeController
+from nodus.reconciler.controllers.secret_controller import SecretController
 from nodus.reconciler.controllers.stored_only import StoredOnlyController
 from nodus.reconciler.controllers.trainingjob_controller import TrainingJobController
 from nodus.reconciler.controllers.volume_controller import VolumeController
@@ -67,6 +68,7 @@ REGISTRY.register(TrainingRuntimeController())
 REGISTRY.register(TrainingJobController())
 REGISTRY.register(JobController())
 REGISTRY.register(InferenceEndpointController())
+REGISTRY.register(SecretController())
 REGISTRY.register(AgentGroupController(), runs=False)
 
 

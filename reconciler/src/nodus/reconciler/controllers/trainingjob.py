@@ -33,6 +33,7 @@ from nodus.reconciler.controllers import sandbox as sandboxes
 from nodus.reconciler.controllers.admission import Admission, admit
 from nodus.reconciler.controllers.attempts import attempts_of
 from nodus.reconciler.controllers.export import exported_status
+from nodus.reconciler.controllers.run_secrets import run_secrets, tracking_params
 from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.controllers.volume import ensure_model
 from nodus.reconciler.executors import Executor, choose_executor, wait_for
@@ -127,6 +128,16 @@ def reconcile_trainingjob(
     ).with_changes(teacher=teacher, data=data)
     if data is not None:
         spec = spec.with_changes(params={**spec.params, "data": data_params(data)})
+    try:
+        extra = run_secrets(record.spec["spec"], project, f"TrainingJob/{record.key.name}")
+    except ConfigError as exc:
+        return {"phase": Phase.FAILED, "reason": Reason.LAUNCH_FAILED, "message": exc.message}, None
+    tracking = tracking_params(record.spec["spec"])
+    spec = spec.with_changes(
+        env={**spec.env, **extra.env},
+        secrets=tuple(extra.secrets),
+        params={**spec.params, **({"tracking": tracking} if tracking else {})},
+    )
     if teacher is not None:
         spec = spec.with_changes(params={**spec.params, "teacherRevision": teacher.uri or _volume_name(teacher)})
     refused = gang_refusal(spec.resources, jobs, "spec.resources.nodes")

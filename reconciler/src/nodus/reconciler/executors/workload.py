@@ -146,6 +146,18 @@ class DataArtifact(WorkloadModel):
     columns: dict[str, str] = Field(default_factory=dict)
 
 
+class SecretRef(WorkloadModel):
+    """Where one variable of the trainer's environment comes from: a key of a Secret, read where the Secret says
+    (`source`: the Secret's spec, which holds no value: the variable or dotenv file that has it) by the process that
+    starts the trainer, never stored. `field` is what asked for it (`spec.model.secret`), for messages."""
+
+    env: str
+    secret: str
+    key: str
+    source: dict[str, Any]
+    field: str
+
+
 class Workload(WorkloadModel):
     """One launch of a TrainingJob or Job: see the module docstring."""
 
@@ -165,6 +177,8 @@ class Workload(WorkloadModel):
     """The trainer's parameters (params.json)."""
     environment: EnvironmentArtifact | None = None
     model: ModelArtifact | None = None
+    secrets: tuple[SecretRef, ...] = ()
+    """Variables the trainer gets from Secrets (HF_TOKEN, MLFLOW_TRACKING_TOKEN, WANDB_API_KEY): by reference."""
     teacher: ModelArtifact | None = None
     """The teacher of a distillation run (`spec.teacher`), by pinned URI or Volume revision."""
     data: DataArtifact | None = None

@@ -117,6 +117,9 @@ class JobSpec:
     image: str | None = None
     """The image the command runs in (a Job's `spec.image`, a runtime's `image`), under podman with no network
     (`nodus.reconciler.executors.local.trainer_container`); None: on this host, as the supervisor's child."""
+    secrets: tuple[Mapping[str, Any], ...] = ()
+    """`SecretRef`s (as JSON) the supervisor reads into the trainer's environment when it starts it: references to
+    where the values are, never a value (spec.json holds only these)."""
 
     def __post_init__(self) -> None:
         if self.image is not None and (not isinstance(self.image, str) or not self.image.strip()):
@@ -175,6 +178,7 @@ class JobSpec:
             "heartbeatIntervalS": self.heartbeat_interval_s,
             "stopGraceS": self.stop_grace_s,
             "image": self.image,
+            "secrets": [dict(ref) for ref in self.secrets],
         }
 
     @classmethod
@@ -197,6 +201,7 @@ class JobSpec:
                 heartbeat_interval_s=data.get("heartbeatIntervalS", 5.0),
                 stop_grace_s=data.get("stopGraceS", 10.0),
                 image=data.get("image"),
+                secrets=tuple(dict(ref) for ref in data.get("secrets") or ()),
             )
         except KeyError as exc:
             raise ConfigError(f"a job spec needs {exc.args[0]!r}") from None

@@ -74,6 +74,7 @@ def resolve(workload: Workload, project: Project | None, *, python: str = sys.ex
         heartbeat_interval_s=workload.intervals.heartbeat_s,
         stop_grace_s=workload.intervals.stop_grace_s,
         image=workload.image,
+        secrets=tuple(ref.model_dump(mode="json") for ref in workload.secrets),
     )
 
 

@@ -57,8 +57,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from nodus.errors import NodusError
+from nodus.specs.secret import SecretSpec
 
 from ...grading import GradingSettings
+from ...secret_values import value
 from ...session.attempt_api import FileTranscript
 from ...session.session import JobSession, Outcome, min_comparison_tasks
 from . import trainer_container
@@ -258,7 +260,11 @@ class Supervisor:
             "NODUS_PROJECT": spec.project,
             "NODUS_ATTEMPT": str(spec.attempt),
         }
-        environment = {**os.environ, **spec.env, **contract}
+        try:
+            secrets = secret_environment(spec)
+        except NodusError as exc:
+            return Outcome(FAILED, TRAINER_FAILED, f"cannot start the trainer: {exc.message}", {})
+        environment = {**os.environ, **spec.env, **secrets, **contract}
         argv = list(spec.command)
         if spec.image is not None:
             try:
@@ -365,6 +371,17 @@ class Supervisor:
 
     def _finish(self, outcome: Outcome) -> None:
         self.session.finish(outcome, final=outcome.phase in TERMINAL)
+
+
+def secret_environment(spec: JobSpec) -> dict[str, str]:
+    """The values of the job's Secret references, read now from where each Secret says (this process's environment,
+    inherited from the `nodus` that launched it, or a dotenv file): handed to the trainer, written nowhere."""
+    found = {}
+    for ref in spec.secrets:
+        where = f"{spec.kind}/{spec.name}: {ref.get('field')}"
+        source = SecretSpec.model_validate(ref.get("source") or {})
+        found[str(ref["env"])] = value(source, str(ref["secret"]), str(ref["key"]), base=Path.cwd(), where=where)
+    return found
 
 
 def earlier_gradings(path: Path) -> list[dict[str, Any]]:
