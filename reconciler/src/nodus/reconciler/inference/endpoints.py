@@ -138,6 +138,11 @@ class EndpointDirectory(Protocol):
         """Sorted by name."""
         ...
 
+    def is_fresh(self, project: str) -> bool:
+        """True when `endpoints(project)` would answer without reading anything (the gateway then calls it on its
+        event loop instead of a worker thread)."""
+        ...
+
 
 class StoreDirectory:
     """Endpoints read from the state store, each project's list kept for `ttl_s` (0: read on every request).
@@ -151,6 +156,11 @@ class StoreDirectory:
         self._clock = clock
         self._cache: dict[str, tuple[float, list[Endpoint]]] = {}
         self._lock = threading.Lock()
+
+    def is_fresh(self, project: str) -> bool:
+        with self._lock:
+            cached = self._cache.get(project)
+        return cached is not None and self._clock() - cached[0] < self.ttl_s
 
     def endpoints(self, project: str) -> list[Endpoint]:
         now = self._clock()

@@ -21,6 +21,7 @@ import functools
 import hashlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -53,6 +54,8 @@ from nodus.reconciler.state.records import canonical
 log = logging.getLogger("nodus.gateway")
 REQUEST_ID_HEADER = "Nodus-Request-Id"
 ENDPOINT_PREFIX = "/endpoints/{project}/{endpoint}"
+KEY_TTL_S = 1.0
+"""How long a key found live is taken as live before the store is read again (the ledger re-checks it anyway)."""
 T = TypeVar("T")
 
 
@@ -127,6 +130,8 @@ class Gateway:
         self.streams: set[StreamRelay] = set()
         self.stopping = False
         self.writes = GroupCommit(self.ledger.store)
+        self.keys: dict[str, tuple[float, ApiKey]] = {}
+        """Keys recently seen, by the sha256 of their secret."""
 
     # ---- the app
 
@@ -189,20 +194,34 @@ class Gateway:
         return await self.thread(self.check_key, api_key(request))
 
     def check_key(self, secret: str) -> ApiKey:
-        """The key of a secret (a read of the store: called off the event loop); 401 for none or a revoked one."""
+        """The key of a secret (a read of the store: called off the event loop); 401 for none or a revoked one.
+        A live key is remembered for `KEY_TTL_S`: the ledger checks it again, revocation included, inside the
+        transaction that admits each request."""
         key = find_key(self.ledger.store, secret)
         if key is None:
             raise InferenceError(ErrorCode.UNAUTHORIZED, "invalid API key")
         if key.revoked:
             raise InferenceError(ErrorCode.UNAUTHORIZED, f"the API key {key.name} is revoked")
+        self.keys[secret_digest(secret)] = (time.monotonic(), key)
         return key
 
+    def known_key(self, secret: str) -> ApiKey | None:
+        found = self.keys.get(secret_digest(secret))
+        if found is None or time.monotonic() - found[0] >= KEY_TTL_S:
+            return None
+        return found[1]
+
     def identify(
-        self, secret: str, body: Payload, malformed: InferenceError | None, params: dict[str, Any]
+        self,
+        secret: str,
+        body: Payload,
+        malformed: InferenceError | None,
+        params: dict[str, Any],
+        key: ApiKey | None = None,
     ) -> tuple[ApiKey, Endpoint]:
-        """The key, then the endpoint a request names: the store reads of a request, in one trip off the loop. A
-        malformed body is reported after the key is checked (401 before 400)."""
-        key = self.check_key(secret)
+        """The key, then the endpoint a request names. A malformed body is reported after the key is checked
+        (401 before 400)."""
+        key = key or self.check_key(secret)
         if malformed is not None:
             raise malformed
         return key, self.resolve(key, body, self.pinned(params, key))
@@ -322,7 +341,13 @@ class Gateway:
             body = parse_json(raw)
         except InferenceError as error:
             malformed = error
-        _, endpoint = await self.thread(self.identify, secret, body, malformed, dict(request.path_params))
+        params = dict(request.path_params)
+        known = self.known_key(secret)
+        if known is not None and self.directory.is_fresh(known.project):
+            # Everything at hand: no read of the store, so no trip to a worker thread.
+            _, endpoint = self.identify(secret, body, malformed, params, known)
+        else:
+            _, endpoint = await self.thread(self.identify, secret, body, malformed, params)
         not_serving = endpoint.why_not_serving()
         if not_serving is not None:
             raise unavailable(not_serving, retry_after=5)
