@@ -7,5 +7,5 @@ and settlement against the state store through the ledger, so several gateways s
 
 Modules: `app` (routes and the request pipeline), `operations/` (one module per route), `bounds` (input token
 bounds), `body` (body, key and Idempotency-Key), `upstream` (the model servers' client), `relay` (streams),
-`server` (the process), `__main__` (its command line).
+`group_commit` (the ledger's writes, many per transaction), `server` (the process), `__main__` (its command line).
 """
