@@ -401,12 +401,13 @@ def resources_of(spec: JSONObject, launcher: str | None = None) -> Resources | N
     """`spec.resources` of a TrainingJob or Job as the workload names them (GPU types and count, nodes, CPU cores and
     memory per node), and a Job's gang (`spec.distributed`: its nodes, startupTimeout and maxAssemblyRetries;
     `spec.recovery.maxAttempts` for its restarts) with its launcher (`spec.launcher`, else `launcher`, the
-    runtime's); None where the resource leaves them all out (the runtime's presets are the estimator's, not a
-    request)."""
+    runtime's); None where the resource leaves them all out and the launcher is Plain (the runtime's presets are the
+    estimator's, not a request)."""
     resources = spec.get("resources")
     distributed = spec.get("distributed")
+    chosen = str(spec.get("launcher") or launcher or "Plain")
     if not isinstance(resources, dict) and not isinstance(distributed, dict):
-        return None
+        return None if chosen == "Plain" else Resources(launcher=chosen)
     resources = resources if isinstance(resources, dict) else {}
     distributed = distributed if isinstance(distributed, dict) else {}
     gpu = resources.get("gpu")

@@ -34,6 +34,7 @@ from nodus.reconciler.project import Project
 
 from ..workload import EnvironmentArtifact, ModelArtifact, Workload
 from .job import EnvironmentSpec, JobSpec
+from .single_node_launchers import launched
 
 HOST_PYTHONS: Final = frozenset({"python", "python3"})
 MODEL_VARIABLE: Final = "NODUS_INPUT_MODEL"
@@ -56,12 +57,15 @@ def resolve(workload: Workload, project: Project | None, *, python: str = sys.ex
     environment = None
     if workload.environment is not None:
         environment = environment_spec(workload.environment, workload, project)
+    command = host_command(workload.command, workload.image, python) if workload.key.kind == "TrainingJob" else None
+    resources = workload.resources
+    if resources is not None and resources.nodes == 1 and workload.image is None:
+        gpus = resources.gpu.count if resources.gpu is not None else 0
+        command = launched(command or workload.command, resources.launcher, gpus, python, label)
     return JobSpec(
         name=workload.key.name,
         project=workload.key.project,
-        command=host_command(workload.command, workload.image, python)
-        if workload.key.kind == "TrainingJob"
-        else (workload.command),
+        command=command or workload.command,
         kind=workload.key.kind,
         generation=workload.generation,
         attempt=workload.attempt,
