@@ -23,6 +23,7 @@ from nodus.errors import ConfigError
 from nodus.reconciler.executors.local.outputs import copy_verified
 from nodus.reconciler.executors.ray.channel import OutputsCache, RegistryChannel, node_store
 from nodus.reconciler.executors.workload import (
+    DataArtifact,
     EnvironmentArtifact,
     ModelArtifact,
     VolumeRevision,
@@ -186,3 +187,25 @@ def test_the_grader_image_and_manifests_reach_the_node_and_podman_there(tmp_path
     finally:
         rmi = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs", "rmi", "--force", name]
         subprocess.run(rmi, capture_output=True, check=False)
+
+
+def test_a_teacher_and_a_data_revision_reach_the_node_too(tmp_path: Path, local_registry: str) -> None:
+    project = project_at(tmp_path / "project")
+    teacher = "hf://nodus/teacher@" + "b" * 40
+    import_model(model_folder(project, teacher))
+    data = project.volume_revision("default", "chats", 2)
+    data.mkdir(parents=True)
+    (data / "chats.jsonl").write_text('{"question": "a b", "answer": "b a"}\n')
+    job = workload(
+        teacher=ModelArtifact(uri=teacher),
+        data=DataArtifact(volume=VolumeRevision(name="chats", revision=2), path="chats.jsonl"),
+    )
+    channel = RegistryChannel.parse(f"{local_registry}/nodus/ray")
+    node = node_store(tmp_path / "node" / "node-jobs")
+    channel.fetch_inputs(job, channel.publish_inputs(job, project), node)
+    assert imported(node, teacher)
+    there = node.volume_revision("default", "chats", 2) / "chats.jsonl"
+    assert there.read_text() == '{"question": "a b", "answer": "b a"}\n'
+    missing = workload(data=DataArtifact(volume=VolumeRevision(name="chats", revision=7)))
+    with pytest.raises(ConfigError, match=r"job default/tj-1: data.volume: Volume chats has no revision 7"):
+        channel.publish_inputs(missing, project)

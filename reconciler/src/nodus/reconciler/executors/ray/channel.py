@@ -9,8 +9,9 @@ What travels, all by digest (the registry checks every blob against its digest, 
   pulls it into its own store and loads it into podman under the name the workload gives (`graderImage`), whose id
   must be the workload's `graderImageId`;
 - the inputs artifact (`INPUTS_TYPE`, `nodus.builder.file_artifact`): the Environment's task manifests
-  (`manifests/<sha256>`) and the model's files (`model/<path>`: the imported copy of a pinned URI, or the Volume
-  revision), written into the node's store (`node_store`) where the local executor's resolver looks for them;
+  (`manifests/<sha256>`), the model's files (`model/<path>`: the imported copy of a pinned URI, or the Volume
+  revision), a distillation's teacher (`teacher/<path>`) and the data Volume's revision (`data/<path>`), written
+  into the node's store (`node_store`) where the local executor's resolver looks for them;
 - the outputs artifact (`OUTPUTS_TYPE`): every file of the job's outputs/ under its path there, each layer's digest
   being the sha256 the supervisor recorded, pushed tagged with the run's submission id; the node's outputs marker
   names it (`artifact: {registry, digest}`), and `OutputsCache` fetches only the files a copy asks for.
@@ -41,7 +42,7 @@ from nodus.errors import ConfigError, NodusError
 
 from ...model_cache import MANIFEST, imported, model_folder
 from ...project import Project
-from ..workload import Workload
+from ..workload import ModelArtifact, Workload
 
 INPUTS_TYPE: Final = "application/vnd.nodus.job-inputs.v1"
 OUTPUTS_TYPE: Final = "application/vnd.nodus.job-outputs.v1"
@@ -52,6 +53,8 @@ LAYOUT: Final = "ray-channel"
 """The OCI layout (under a project's or a node's state folder) the channel writes artifacts into and reads them from."""
 MANIFESTS_PREFIX: Final = "manifests/"
 MODEL_PREFIX: Final = "model/"
+TEACHER_PREFIX: Final = "teacher/"
+DATA_PREFIX: Final = "data/"
 NODE_STORE: Final = "node-store"
 """Beside a node's jobs folder: the store its sessions fill from the registry (images, manifests, models)."""
 
@@ -112,10 +115,9 @@ class RegistryChannel:
                         hint="nodus-build stores the manifests it froze: build the Environment again",
                     )
                 files[MANIFESTS_PREFIX + digest.removeprefix("sha256:")] = path
-        if workload.model is not None:
-            folder = _model_folder(workload, project)
+        for prefix, folder in _folders(workload, project, label).items():
             for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()):
-                files[MODEL_PREFIX + path.relative_to(folder).as_posix()] = path
+                files[prefix + path.relative_to(folder).as_posix()] = path
         if not files:
             return None
         layout = project.files.root / LAYOUT
@@ -161,11 +163,10 @@ class RegistryChannel:
                     stored = node.files.put_manifest(read_blob(layout, blob.digest))
                     if stored.removeprefix("sha256:") != name.removeprefix(MANIFESTS_PREFIX):
                         raise ConfigError(f"{label}: inputs {digest}: {name} holds a manifest of digest {stored}")
-            model = {
-                name.removeprefix(MODEL_PREFIX): blob for name, blob in files.items() if name.startswith(MODEL_PREFIX)
-            }
-            if workload.model is not None and model:
-                _install_model(_model_target(workload, node), model, layout)
+            for prefix, target in _folders(workload, node, label, existing=False).items():
+                part = {name.removeprefix(prefix): blob for name, blob in files.items() if name.startswith(prefix)}
+                if part:
+                    _install_folder(target, part, layout)
 
     def publish_outputs(
         self, outputs: Path, recorded: Mapping[str, Mapping[str, object]], tag: str, node: Project
@@ -217,33 +218,39 @@ class OutputsCache:
         return {path: blob_path(self.layout, blob.digest) for path, blob in wanted.items()}
 
 
-def _model_folder(workload: Workload, project: Project) -> Path:
-    """The model's folder in the project's store (as the local resolver finds it)."""
-    label = f"job {workload.project}/{workload.name}"
-    model = workload.model
-    assert model is not None
+def _folders(workload: Workload, project: Project, label: str, *, existing: bool = True) -> dict[str, Path]:
+    """The folders the workload names, by their prefix in the inputs artifact: the model, a distillation's teacher
+    and the data Volume's revision, where the local resolver finds them in `project`'s store (`existing`: each must
+    be there, as on the controller's host; else where a node puts them)."""
+    found: dict[str, Path] = {}
+    if workload.model is not None:
+        found[MODEL_PREFIX] = _model_folder(workload.model, workload, project, f"{label}: model", existing)
+    if workload.teacher is not None:
+        found[TEACHER_PREFIX] = _model_folder(workload.teacher, workload, project, f"{label}: teacher", existing)
+    if workload.data is not None:
+        volume = workload.data.volume
+        folder = project.volume_revision(workload.project, volume.name, volume.revision)
+        if existing and not folder.is_dir():
+            raise ConfigError(f"{label}: data.volume: Volume {volume.name} has no revision {volume.revision}")
+        found[DATA_PREFIX] = folder
+    return found
+
+
+def _model_folder(model: ModelArtifact, workload: Workload, project: Project, label: str, existing: bool) -> Path:
+    """A model's folder in the project's store (as the local resolver finds it)."""
     if model.uri is not None:
-        if not imported(project, model.uri):
-            raise ConfigError(f"{label}: model.uri: {model.uri} is not imported into {project.files.root / 'models'}")
+        if existing and not imported(project, model.uri):
+            raise ConfigError(f"{label}.uri: {model.uri} is not imported into {project.files.root / 'models'}")
         return model_folder(project, model.uri)
     assert model.volume is not None
     folder = project.volume_revision(workload.project, model.volume.name, model.volume.revision)
-    if not folder.is_dir():
-        raise ConfigError(f"{label}: model.volume: Volume {model.volume.name} has no revision {model.volume.revision}")
+    if existing and not folder.is_dir():
+        raise ConfigError(f"{label}.volume: Volume {model.volume.name} has no revision {model.volume.revision}")
     return folder
 
 
-def _model_target(workload: Workload, node: Project) -> Path:
-    model = workload.model
-    assert model is not None
-    if model.uri is not None:
-        return model_folder(node, model.uri)
-    assert model.volume is not None
-    return node.volume_revision(workload.project, model.volume.name, model.volume.revision)
-
-
-def _install_model(target: Path, files: Mapping[str, Descriptor], layout: Path) -> None:
-    """The model's files at `target`, whole or not at all (a folder already complete is kept: an imported model
+def _install_folder(target: Path, files: Mapping[str, Descriptor], layout: Path) -> None:
+    """A folder's files at `target`, whole or not at all (a folder already complete is kept: an imported model
     has its manifest, a Volume revision never changes)."""
     if (target / MANIFEST).is_file() or (target.is_dir() and MANIFEST not in files):
         return
