@@ -7,6 +7,7 @@ brought forward with its data intact; and a whole controller pass works on eithe
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -93,12 +94,17 @@ def test_a_version_1_store_is_migrated_with_its_records(
     store = open_at(migrate=False)
     store.migrate()
     store.put(JOB, doc(JOB, command=["true"]))
-    # Make it a store an older nodus wrote: no sync_records table, schema version 1.
-    raw_sql("DROP TABLE sync_records")
+    # Make it a store an older nodus wrote: schema version 1, none of the tables later steps made.
+    later = [migration for migration in migrations.MIGRATIONS if migration.version > 1]
+    for migration in reversed(later):
+        for statement in reversed(migration.statements):
+            made = re.match(r"\s*CREATE TABLE (?:IF NOT EXISTS )?(\w+)", statement)
+            if made is not None:
+                raw_sql(f"DROP TABLE {made.group(1)}")
     raw_sql("DELETE FROM schema_migrations WHERE version > 1")
     again = open_at(migrate=False)
     assert again.schema_version() == 1
-    assert again.migrate() == migrations.LATEST_VERSION == 2
+    assert again.migrate() == migrations.LATEST_VERSION >= 2
     record = again.get(JOB)
     assert record is not None and record.spec_hash == spec_hash(doc(JOB, command=["true"])) and record.sync is None
     again.record_sync([SyncRecord(JOB, "1" * 40, record.spec_hash, "Applied")])

@@ -88,9 +88,9 @@ def test_vllm_lora_ranks_round_up_to_what_vllm_accepts() -> None:
         max_lora_rank([1024])
 
 
-def test_vllm_missing_is_a_prerequisite_error(spec: ServeSpec, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(ServingError, match=r"vllm: not found on PATH \(install vLLM on a CUDA host"):
+def test_vllm_missing_is_a_prerequisite_error(spec: ServeSpec) -> None:
+    # This environment has no vllm beside its interpreter (no CUDA here): the one line says where it looked.
+    with pytest.raises(ServingError, match=r"vllm: not installed beside .*python.* \(install vLLM on a CUDA host"):
         VLLMBackend().command(spec)
 
 

@@ -18,6 +18,7 @@ from nodus.cli import (
     controller,
     endpoints,
     env,
+    inference,
     jobs,
     plan_apply,
     pr_comment,
@@ -78,6 +79,8 @@ cli.add_command(jobs.patch)
 cli.add_command(endpoints.create_group)
 cli.add_command(endpoints.stop)
 cli.add_command(endpoints.start)
+cli.add_command(inference.keys_group)
+cli.add_command(inference.inference_group)
 cli.add_command(controller.controller)
 cli.add_command(pr_comment.pr_comment)
 cli.add_command(cluster.cluster_group)

@@ -14,6 +14,8 @@ project without the file behaves as before:
     #     registry: 10.0.0.5:5000/nodus   # where inputs and outputs travel when the nodes do not see this folder
     grading:
       sandbox: container   # auto (default) | container | process
+    inference:
+      gateway: {port: 8400}  # the gateway's base URL: http://127.0.0.1:8400/v1
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from nodus.errors import ConfigError
@@ -87,6 +89,30 @@ class ExecutorSettings(SpecModel):
     """Jobs on a Ray cluster, each with its session on the node that runs its trainer."""
 
 
+class GatewaySettings(SpecModel):
+    """Where the project's inference gateway listens (`nodus.reconciler.inference.gateway`): the base URL clients use,
+    `http://HOST:PORT/v1`."""
+
+    host: str = "127.0.0.1"
+    """A loopback address: the gateway is reached from this machine (put a TLS proxy in front to share it)."""
+    port: int = Field(default=8400, ge=1, le=65535)
+    """Its TCP port; two projects on one machine need two ports."""
+
+    @field_validator("host")
+    @classmethod
+    def _loopback(cls, value: str) -> str:
+        if value not in ("127.0.0.1", "localhost", "::1") and not value.startswith("127."):
+            raise ValueError(f"must be a loopback address such as 127.0.0.1 (got {value!r})")
+        return value
+
+
+class InferenceSettings(SpecModel):
+    """Inference on this project's hosts."""
+
+    gateway: GatewaySettings = GatewaySettings()
+    """The gateway every InferenceEndpoint of the project is called through."""
+
+
 class ProjectSettings(SpecModel):
     """The settings of one project (`nodus.yaml`)."""
 
@@ -95,6 +121,8 @@ class ProjectSettings(SpecModel):
     machine under a supervisor each; ray (or `{ray: {address, tokenSecret}}`), jobs on a Ray cluster."""
     grading: GradingSettings = GradingSettings()
     """Grading sandboxes."""
+    inference: InferenceSettings = InferenceSettings()
+    """The inference gateway's address."""
 
     @property
     def executor_name(self) -> str:
@@ -128,8 +156,7 @@ def load_settings(root: Path) -> ProjectSettings:
         field = ".".join(str(part) for part in first["loc"] if part not in UNION_BRANCHES)
         raise ConfigError(
             f"{path}: {field}: {first['msg']}",
-            hint="see the README's Project settings: "
-            + ("executor" if field.startswith("executor") else "grading.sandbox"),
+            hint="see the README's Project settings: " + field.partition(".")[0],
         ) from None
 
 

@@ -144,6 +144,9 @@ class Reason(StrEnum):
     row (Failed, with the last lines of its log)."""
     STOP_REQUESTED = "StopRequested"
     """Stopped: a service stopped on request."""
+    BUDGET_EXCEEDED = "BudgetExceeded"
+    """Pending: a project Budget that covers the run would be passed by its first hold (the seeds' 402 code of an
+    inference request the same Budget blocks)."""
     DATA_COLUMN_MISSING = "DataColumnMissing"
     """Refused at plan time: `spec.data.columns` maps a name onto a column the data file does not have."""
     MODEL_NOT_FOUND = "ModelNotFound"

@@ -17,6 +17,8 @@ Status it writes (what the gateway, `nodus get ep` and `describe` read):
     conditions   Ready: True while the model can serve now (derived by `controllers.status`)
     model        the id prices and `GET /v1/models` know it by; servedModel: the name the upstream knows
     upstream     `unix:/path/to.sock`: where the gateway forwards requests
+    url          `http://127.0.0.1:8400/endpoints/PROJECT/NAME/v1`: its own base URL on the project's gateway (which
+                 this controller keeps up too, on the address of nodus.yaml's `inference.gateway`)
     weights      where the weights came from; restarts: how often its process was started again
 """
 
@@ -30,12 +32,16 @@ from nodus.reconciler.controllers.volume import ensure_model
 from nodus.reconciler.endpoints.model_table import load_models
 from nodus.reconciler.endpoints.served import NotYet, Served, served_model
 from nodus.reconciler.executors.service import Service, ServiceHost, ServiceKey, ServiceObservation
+from nodus.reconciler.inference.api import gateway_command
 from nodus.reconciler.project import Project
+from nodus.reconciler.state import STATE_FILE
 from nodus.reconciler.state.records import JSONObject, ResourceRecord, StateStore
 from nodus.specs.status_names import Phase, Reason
 
 KEPT: Final = ("model", "servedModel", "weights")
 """Status fields a refresh keeps: what the last reconcile resolved (a refresh resolves nothing)."""
+HOST_PYTHON: Final = "python"
+"""A service's interpreter as its host runs it: the one nodus runs in there (`LocalServices`), as in runtimes."""
 SERVER_MODULE: Final = "nodus.runtimes.serving"
 """The model server (nodus-runtimes): OpenAI's HTTP API over transformers on a Unix socket (vLLM on GPU hosts)."""
 
@@ -52,7 +58,8 @@ def service_host(project: Project) -> ServiceHost:
 
 def service_of(record: ResourceRecord, served: Served) -> Service:
     """The model server of `served`, as the executor's host runs it."""
-    command = ["python", "-m", SERVER_MODULE, "--model", "{model}", "--name", served.served_name]
+    base_name = served.model_id if served.adapters else served.served_name  # an adapter goes by its own name
+    command = [HOST_PYTHON, "-m", SERVER_MODULE, "--model", "{model}", "--name", base_name]
     for adapter in served.adapters:
         command += ["--adapter", f"{adapter.name}={{adapter:{adapter.name}}}"]
     if "Embeddings" in served.operations:
@@ -68,6 +75,29 @@ def service_of(record: ResourceRecord, served: Served) -> Service:
         model=served.base,
         adapters=served.adapters,
     )
+
+
+GATEWAY: Final = ServiceKey(project="nodus", name="gateway", kind="Service")
+"""The project's inference gateway, a service of the host like the model servers (`nodus.reconciler.inference`)."""
+
+
+def gateway_service(project: Project) -> Service:
+    """The gateway on the address nodus.yaml gives (`inference.gateway`), reading the project's state store."""
+    where = project.settings().inference.gateway
+    state = project.state_url or str(project.files.root / STATE_FILE)
+    argv = gateway_command(state, port=where.port, host=where.host, project_root=project.root, python=HOST_PYTHON)
+    return Service(key=GATEWAY, command=tuple(argv), listen=f"{where.host}:{where.port}")
+
+
+def gateway_url(project: Project) -> str:
+    where = project.settings().inference.gateway
+    return f"http://{where.host}:{where.port}"
+
+
+def ensure_gateway(project: Project, services: ServiceHost) -> ServiceObservation:
+    """The gateway up (started, or started again on a changed address); its state."""
+    services.launch_service(gateway_service(project))
+    return services.observe_service(GATEWAY.project, GATEWAY.name)
 
 
 def reconcile_endpoint(record: ResourceRecord, *, project: Project, store: StateStore) -> JSONObject:
@@ -89,9 +119,23 @@ def reconcile_endpoint(record: ResourceRecord, *, project: Project, store: State
             return _waiting(Phase.PENDING, str(why.get("reason")), str(why.get("message")))
     try:
         services.launch_service(service_of(record, served))
+        gateway = ensure_gateway(project, services)
     except ConfigError as exc:
         return _waiting(Phase.FAILED, Reason.LAUNCH_FAILED, exc.message)
-    return _status(record, services.observe_service(record.key.project, record.key.name), served)
+    status = _status(record, services.observe_service(record.key.project, record.key.name), served)
+    return _with_gateway(status, record, project, gateway)
+
+
+def _with_gateway(
+    status: JSONObject, record: ResourceRecord, project: Project, gateway: ServiceObservation
+) -> JSONObject:
+    """The endpoint's own base URL on the gateway, once the gateway serves; Pending while it starts."""
+    if gateway.ready:
+        return {**status, "url": f"{gateway_url(project)}/endpoints/{record.key.project}/{record.key.name}/v1"}
+    if status.get("phase") == Phase.RUNNING:
+        why = gateway.message or "starting"
+        return {**status, "phase": Phase.PENDING, "reason": Reason.NOT_READY, "message": f"the gateway: {why}"}
+    return status
 
 
 def observe_endpoint(record: ResourceRecord, project: Project) -> JSONObject | None:
@@ -105,8 +149,10 @@ def observe_endpoint(record: ResourceRecord, project: Project) -> JSONObject | N
         return None
     seen = services.observe_service(record.key.project, record.key.name)
     kept: dict[str, Any] = {key: record.status[key] for key in KEPT if key in record.status}
-    status = _status(record, seen, None)
-    return {**kept, **status}
+    status = {**kept, **_status(record, seen, None)}
+    if status.get("phase") in (Phase.STOPPED, Phase.FAILED):
+        return status
+    return _with_gateway(status, record, project, services.observe_service(GATEWAY.project, GATEWAY.name))
 
 
 def _status(record: ResourceRecord, seen: ServiceObservation, served: Served | None) -> JSONObject:

@@ -7,7 +7,7 @@ Who calls it: `nodus.reconciler.controllers.registry` (registered for InferenceE
 from __future__ import annotations
 
 from nodus.reconciler.controllers.base import AdmissionContext, Context, ControllerBase, Done, Refusal, Requeue
-from nodus.reconciler.controllers.endpoint import observe_endpoint, reconcile_endpoint, service_host
+from nodus.reconciler.controllers.endpoint import GATEWAY, observe_endpoint, reconcile_endpoint, service_host
 from nodus.reconciler.endpoints.model_table import load_models
 from nodus.reconciler.state.records import JSONObject, ResourceRecord, StateStore
 from nodus.specs.status_names import Phase, Reason
@@ -40,7 +40,11 @@ class InferenceEndpointController(ControllerBase):
         return None if status is None or status == record.status else Done(status)
 
     def finalize(self, record: ResourceRecord, context: Context) -> None:
-        service_host(context.project).stop_service(record.key.project, record.key.name)
+        services = service_host(context.project)
+        services.stop_service(record.key.project, record.key.name)
+        others = [other for other in context.store.list(self.kind) if other.key != record.key and not other.deleting]
+        if not others:  # the last endpoint: nothing to call through the gateway any more
+            services.stop_service(GATEWAY.project, GATEWAY.name)
 
     def blocked_by(self, record: ResourceRecord, store: StateStore) -> str | None:
         if record.status.get("phase") == Phase.FAILED or record.status.get("reason") == Reason.MODEL_NOT_PINNED:

@@ -23,6 +23,7 @@ again.
 from __future__ import annotations
 
 import os
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from nodus.errors import ConfigError
 from nodus.reconciler.controllers import sandbox as sandboxes
 from nodus.reconciler.controllers.admission import Admission, admit
 from nodus.reconciler.controllers.attempts import attempts_of
+from nodus.reconciler.controllers.budgets import blocking_budget, budget_status, first_hold
 from nodus.reconciler.controllers.export import exported_status
 from nodus.reconciler.controllers.run_secrets import run_secrets, tracking_params
 from nodus.reconciler.controllers.status import write_status
@@ -153,6 +155,12 @@ def reconcile_trainingjob(
             "reason": Reason.SUSPEND_REQUESTED,
             "message": "spec.state is Suspended",
         }, None
+    if not exists or jobs.spec_of(record.key.project, record.key.name).generation < spec.generation:
+        nodes = spec.resources.nodes if spec.resources is not None else 1
+        hold = first_hold(price.per_hour_usd, nodes, spec.max_cost)
+        blocking = blocking_budget(record, store, hold, now=time.time())
+        if blocking is not None:
+            return budget_status(blocking), None
     _, new = store.record_launch(Launch(launch_key(record), record.key, job=record.key.name))
     if exists and jobs.spec_of(record.key.project, record.key.name).generation < spec.generation:
         _stop_replaced(jobs, record)

@@ -62,6 +62,9 @@ class Service(WorkloadModel):
     adapters: tuple[Adapter, ...] = ()
     ready_path: str = "/health"
     """An HTTP GET on the socket that answers 200 once it serves."""
+    listen: str | None = None
+    """`HOST:PORT` of a loopback TCP address it listens on, as its command says (the gateway: a base URL clients
+    can reach); None: the Unix socket the host gives it (`{socket}`)."""
     start_timeout_s: float = Field(default=600.0, gt=0, alias="startTimeoutS")
     """How long one start may take to become ready before it counts as a failed start."""
     max_restarts: int = Field(default=5, ge=0)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 
 from nodus.reconciler.pricing.prices import PriceTable
 from nodus.reconciler.state.records import JSONObject, ResourceKey
@@ -131,10 +131,12 @@ class PlanCosts:
 def endpoint_monthly(document: JSONObject, prices: PriceTable) -> tuple[Decimal | None, str | None]:
     """(the most an endpoint can cost in 30 days at its tpm limit, why it cannot be priced)."""
     spec = document.get("spec") or {}
-    model = str(spec.get("model", ""))
-    price = prices.token_price(model)
+    model, why = priced_model(spec.get("model"))
     if spec.get("state") == "Stopped":
         return Decimal(0), None
+    if model is None:
+        return None, why
+    price = prices.token_price(model)
     if price is None:
         return None, f"no per-token price for {model} in the price table (version {prices.version})"
     rates = f"${format_usd(price.input_usd)}/${format_usd(price.output_usd)} per million input/output tokens"
@@ -143,6 +145,18 @@ def endpoint_monthly(document: JSONObject, prices: PriceTable) -> tuple[Decimal 
         return None, f"billed per token ({rates}); no tpm limit bounds a month"
     monthly = Decimal(tpm) * MINUTES_PER_MONTH * price.blended() / Decimal(1_000_000)
     return monthly.quantize(Decimal("0.01")), None
+
+
+def priced_model(model: Any) -> tuple[str | None, str]:
+    """The model id an endpoint's tokens are priced by: a catalog id as written, a pinned revision's `org/name`;
+    for a trained adapter or a Volume, none before it runs (its base's, which its status names then)."""
+    if isinstance(model, str):
+        return model, ""
+    if isinstance(model, dict) and model.get("uri"):
+        return str(model["uri"]).removeprefix("hf://").partition("@")[0], ""
+    if isinstance(model, dict) and model.get("trainingJob"):
+        return None, f"billed per token at its base model's rates, known once TrainingJob/{model['trainingJob']} ran"
+    return None, "billed per token at the rates of the model its Volume holds, known once it serves"
 
 
 def _usd(value: Decimal | None) -> str | None:

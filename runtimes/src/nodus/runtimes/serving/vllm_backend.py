@@ -31,8 +31,9 @@ unit-tested (the readiness check against a stand-in HTTP server answering as vLL
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 from nodus.runtimes.serving import readiness
 from nodus.runtimes.serving.backend import LaunchCommand, ServeSpec, ServingError
@@ -55,7 +56,8 @@ def max_lora_rank(ranks: list[int]) -> int:
 
 
 class VLLMBackend:
-    """`vllm serve` on a CUDA host. `executable` is the `vllm` program (default: the one on PATH)."""
+    """`vllm serve` on a CUDA host. `executable` is the `vllm` program (default: the one installed beside this
+    interpreter, as the `cuda` extra of nodus-runtimes installs it: the same environment as the trainers)."""
 
     name = "vllm"
 
@@ -63,10 +65,12 @@ class VLLMBackend:
         self.executable = executable
 
     def program(self) -> str:
-        found = self.executable or shutil.which("vllm")
-        if found is None:
-            raise ServingError(f"vllm: not found on PATH ({INSTALL_HINT})")
-        return found
+        if self.executable is not None:
+            return self.executable
+        beside = Path(sys.executable).parent / "vllm"
+        if not beside.is_file():
+            raise ServingError(f"vllm: not installed beside {sys.executable} ({INSTALL_HINT})")
+        return str(beside)
 
     def command(self, spec: ServeSpec, *, api_key: str | None = None) -> LaunchCommand:
         check_model(spec.model)

@@ -55,11 +55,17 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock.connect(str(self.path))
 
 
-def probe(path: Path, route: str, timeout: float = 2.0) -> bool:
-    """Whether the service on socket `path` answers 200 to `GET route`."""
-    if not path.exists():
+def probe(path: Path, route: str, timeout: float = 2.0, listen: str | None = None) -> bool:
+    """Whether the service answers 200 to `GET route`: on its TCP address `listen` (`HOST:PORT`), else on the Unix
+    socket `path`."""
+    connection: http.client.HTTPConnection
+    if listen is not None:
+        host, _, port = listen.rpartition(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    elif not path.exists():
         return False
-    connection = _UnixConnection(path, timeout)
+    else:
+        connection = _UnixConnection(path, timeout)
     try:
         connection.request("GET", route)
         return connection.getresponse().status == 200
@@ -143,7 +149,7 @@ class ServiceSupervisor:
                 return ready
             now = time.monotonic()
             if not ready:
-                if probe(self.files.socket, self.service.ready_path):
+                if probe(self.files.socket, self.service.ready_path, listen=self.service.listen):
                     ready, last_probe = True, now
                     self._write(Phase.RUNNING, None, "serving", ready=True, readyAt=time.time())
                 elif now - started > self.service.start_timeout_s:
@@ -151,7 +157,7 @@ class ServiceSupervisor:
                     return False
             elif now - last_probe >= PROBE_EVERY_S:
                 last_probe = now
-                if probe(self.files.socket, self.service.ready_path):
+                if probe(self.files.socket, self.service.ready_path, listen=self.service.listen):
                     if failures >= PROBE_FAILURES:
                         self._write(Phase.RUNNING, None, "serving", ready=True)
                     failures = 0

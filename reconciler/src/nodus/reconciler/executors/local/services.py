@@ -95,6 +95,11 @@ class ServiceFiles:
         return read_json(self.status) or {}
 
 
+def address_of(service: Service, files: ServiceFiles) -> str:
+    """Where the service listens: `http://HOST:PORT` of its TCP address, else `unix:` its socket."""
+    return f"http://{service.listen}" if service.listen else f"unix:{files.socket}"
+
+
 class LocalServices:
     """Services under `root` (`.nodus/services/`); models, Volumes and job outputs resolved from `project` and the
     local executor's `jobs_root` (a TrainingJob's adapter is in its job folder's outputs)."""
@@ -115,7 +120,9 @@ class LocalServices:
         files.dir.mkdir(parents=True, exist_ok=True)
         with locked(files.lock):
             current = read_json(files.service)
-            same = current is not None and Service.model_validate(current).generation >= service.generation
+            before = Service.model_validate(current) if current is not None else None
+            same = before is not None and before.generation >= service.generation
+            same = same and before is not None and before.command == service.command  # a changed command restarts it
             if same and self._alive(files) and not files.stop_request.exists():
                 return
             if same and files.read_status().get("phase") == Phase.FAILED:
@@ -137,7 +144,7 @@ class LocalServices:
                     "message": "starting",
                     "generation": service.generation,
                     "ready": False,
-                    "address": f"unix:{files.socket}",
+                    "address": address_of(service, files),
                     "restarts": restarts,
                 },
                 durable=True,
