@@ -189,3 +189,38 @@ def test_secrets_reach_the_trainer_and_no_file_of_the_state_folder(
             assert hf_value.encode() not in data and mlflow_value.encode() not in data, path
     code, output = nodus("describe", "tj/sft")
     assert hf_value not in output and mlflow_value not in output
+
+
+BUDGET = """apiVersion: nodus.dev/v1
+kind: Budget
+metadata: {{name: daily}}
+spec: {{limitUSD: "{limit}", period: Daily{kinds}}}
+"""
+
+
+def test_a_budget_holds_back_a_launch_whose_first_hold_would_pass_it(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NODUS_LOCAL_PRICE_PER_HOUR", "3.60")
+    (project / "chats.jsonl").write_text('{"question": "a b", "answer": "b a"}\n')
+    assert nodus("apply", ".", "--yes")[0] == 0
+    assert nodus("cp", "chats.jsonl", "vol/chats:chats.jsonl")[0] == 0
+    (project / "budget.yaml").write_text(BUDGET.format(limit="1.00", kinds=", kinds: [InferenceEndpoint]"))
+    (project / "job.yaml").write_text(JOB.format(task="SFT", answer="answer", extra='  maxCostUSD: "2.00"\n'))
+    assert nodus("apply", ".", "--yes", "--wait", "--timeout", "2m")[0] == 0  # a Budget of endpoints only: runs
+    assert status()["phase"] == "Succeeded"
+
+    (project / "budget.yaml").write_text(BUDGET.format(limit="1.00", kinds=""))
+    second = JOB.format(task="SFT", answer="answer", extra='  maxCostUSD: "2.50"\n').replace("name: sft", "name: sft2")
+    (project / "job2.yaml").write_text(second)
+    code, output = nodus("apply", ".", "--yes")
+    assert code == 0, output
+    held = json.loads(nodus("get", "tj", "sft2", "-o", "json")[1])["status"]
+    assert (held["phase"], held["reason"]) == ("Pending", "BudgetExceeded"), held
+    assert "Budget daily: $" in held["message"] and "this run's first hold $2.5000 would pass it" in held["message"]
+    budget = json.loads(nodus("get", "budget", "daily", "-o", "json")[1])["status"]
+    assert budget["phase"] == "Ready" and budget["period"] == "Daily" and float(budget["spentUSD"]) > 0, budget
+
+    (project / "budget.yaml").write_text(BUDGET.format(limit="10.00", kinds=""))
+    code, output = nodus("apply", ".", "--yes", "--wait", "--timeout", "2m")
+    assert code == 0 and "TrainingJob/sft2: Succeeded" in output, output

@@ -85,7 +85,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_every_kind_either_has_a_controller_or_is_stored_only() -> None:
     assert set(BY_KIND) >= CONTROLLED_KINDS
     stored_only = {kind for kind in BY_KIND if not has_controller(kind)}
-    assert {"Agent", "AgentRun", "AgentGroup", "Budget"} <= stored_only
+    assert {"Agent", "AgentRun", "AgentGroup"} <= stored_only
 
 
 def test_a_kind_nothing_runs_says_so_at_plan_apply_get_and_describe(project: Path) -> None:

@@ -22,17 +22,17 @@ from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore
 from nodus.specs.registry import BY_KIND
 
-KEY = ResourceKey("Budget", "default", "token")
+KEY = ResourceKey("Agent", "default", "token")
 
 
 def document(value: str) -> JSONObject:
-    return {"apiVersion": "nodus.dev/v1", "kind": "Budget", "metadata": {"name": "token"}, "spec": {"value": value}}
+    return {"apiVersion": "nodus.dev/v1", "kind": "Agent", "metadata": {"name": "token"}, "spec": {"value": value}}
 
 
 class Picky(ControllerBase):
-    """A Budget controller that refuses a value it does not like, and remembers what it was asked."""
+    """An Agent controller that refuses a value it does not like, and remembers what it was asked."""
 
-    kind = "Budget"
+    kind = "Agent"
 
     def __init__(self) -> None:
         self.asked: list[tuple[ResourceRecord | None, str]] = []
@@ -71,10 +71,10 @@ def picky(monkeypatch: pytest.MonkeyPatch) -> Picky:
 def test_apply_refuses_what_the_kinds_controller_refuses_and_writes_nothing(
     store: StateStore, picky: Picky, tmp_path: Path
 ) -> None:
-    operations = [apply.Operation("create", KEY, document("bad"), "budget.yaml:1")]
+    operations = [apply.Operation("create", KEY, document("bad"), "agent.yaml:1")]
     (refusal,) = apply.refusals(operations, store)
-    assert refusal.line() == "budget.yaml:1: Budget/token: BadValue: spec.value: not this one"
-    assert refusal.plan_line() == "budget.yaml: Budget/token: spec.value: not this one"
+    assert refusal.line() == "agent.yaml:1: Agent/token: BadValue: spec.value: not this one"
+    assert refusal.plan_line() == "agent.yaml: Agent/token: spec.value: not this one"
     with pytest.raises(SpecError, match="BadValue"):
         apply.apply_operations(operations, project=Project.find(tmp_path), store=store)
     assert store.get(KEY) is None
@@ -97,7 +97,7 @@ def test_the_hook_gets_the_stored_record_and_is_not_asked_about_noops_or_deletes
 
 
 def test_a_kind_without_admission_admits_everything(store: StateStore) -> None:
-    assert not has_controller("Budget")
+    assert not has_controller("Agent")
     assert apply.refusals([apply.Operation("create", KEY, document("bad"))], store) == []
 
 

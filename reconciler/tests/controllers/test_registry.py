@@ -13,6 +13,7 @@ from nodus.errors import ConfigError, PermanentError, TemporaryError
 from nodus.reconciler import apply
 from nodus.reconciler.controllers import registry as registry_module
 from nodus.reconciler.controllers.base import ApplyOptions, Context, ControllerBase, Done, Requeue
+from nodus.reconciler.controllers.budget_controller import BudgetController
 from nodus.reconciler.controllers.coverage import CONTROLLED_KINDS, has_controller
 from nodus.reconciler.controllers.environment_controller import EnvironmentController
 from nodus.reconciler.controllers.inferenceendpoint_controller import InferenceEndpointController
@@ -27,14 +28,14 @@ from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore
 from nodus.specs.registry import BY_KIND
 
-KEY = ResourceKey("Budget", "default", "token")
-DOCUMENT: JSONObject = {"apiVersion": "nodus.dev/v1", "kind": "Budget", "metadata": {"name": "token"}, "spec": {}}
+KEY = ResourceKey("Agent", "default", "token")
+DOCUMENT: JSONObject = {"apiVersion": "nodus.dev/v1", "kind": "Agent", "metadata": {"name": "token"}, "spec": {}}
 
 
 class Raising(ControllerBase):
     """A controller whose every pass raises `error` (the host refused, the environment cannot load)."""
 
-    kind = "Budget"
+    kind = "Agent"
 
     def __init__(self, error: Exception) -> None:
         self.error = error
@@ -76,17 +77,18 @@ def test_every_kind_of_the_specs_routes_to_its_controller_or_the_stored_only_one
         "Job": JobController,
         "InferenceEndpoint": InferenceEndpointController,
         "Secret": SecretController,
+        "Budget": BudgetController,
     }
     for kind in BY_KIND:
         assert isinstance(REGISTRY.for_kind(kind), expected.get(kind, StoredOnlyController)), kind
         assert has_controller(kind) == (kind in expected)
     assert CONTROLLED_KINDS == REGISTRY.kinds() == frozenset(expected)
-    assert {"Agent", "AgentRun", "AgentGroup", "Budget"} <= set(BY_KIND) - CONTROLLED_KINDS
+    assert {"Agent", "AgentRun", "AgentGroup"} <= set(BY_KIND) - CONTROLLED_KINDS
 
 
 def test_registering_a_controller_takes_its_kind_out_of_the_stored_only_set(monkeypatch: pytest.MonkeyPatch) -> None:
     with_controller(monkeypatch, Raising(ConfigError("unused")))
-    assert has_controller("Budget") and isinstance(registry_module.REGISTRY.for_kind("Budget"), Raising)
+    assert has_controller("Agent") and isinstance(registry_module.REGISTRY.for_kind("Agent"), Raising)
     with pytest.raises(ValueError, match="registered already"):
         registry_module.REGISTRY.register(Raising(ConfigError("twice")))
 
@@ -96,7 +98,7 @@ def test_a_stored_only_kind_is_unsupported_and_said_once_per_change(project: Pro
     said: list[tuple[str, str]] = []
     result = reconcile(record, Context(project, store, report=lambda *line: said.append(line), action="create"))
     assert isinstance(result, Done) and result.status["phase"] == "Unsupported"
-    assert said == [("Budget/token", "stored only: nodus has no controller for Budget yet (nothing runs it)")]
+    assert said == [("Agent/token", "stored only: nodus has no controller for Agent yet (nothing runs it)")]
     reconcile(record, Context(project, store, report=lambda *line: said.append(line), action="noop"))
     assert len(said) == 1
 

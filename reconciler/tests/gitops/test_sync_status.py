@@ -41,7 +41,7 @@ from nodus.reconciler.state.records import ResourceKey, ResourceRecord, SyncReco
         ("TrainingRuntime", "Ready", HEALTHY),
         # No controller runs these kinds (controllers.coverage): never Healthy, whatever a status says.
         ("Secret", "Ready", HEALTHY),
-        ("Budget", None, UNKNOWN),
+        ("Budget", "Ready", HEALTHY),
         ("InferenceEndpoint", "Running", HEALTHY),
         ("InferenceEndpoint", "Pending", PROGRESSING),
         ("InferenceEndpoint", "Stopped", SUSPENDED),

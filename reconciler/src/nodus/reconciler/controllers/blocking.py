@@ -28,13 +28,13 @@ def environment_not_built(record: ResourceRecord) -> str | None:
 
 
 def run_blocked(record: ResourceRecord, store: StateStore) -> str | None:
-    """A TrainingJob or Job Pending on a model not in the local cache (nodus never downloads weights), or on an
-    Environment or Volume that Failed or that nothing builds."""
+    """A TrainingJob or Job Pending on a model not in the local cache (nodus never downloads weights), on a Budget its
+    first hold would pass, or on an Environment or Volume that Failed or that nothing builds."""
     if phase_of(record) != Phase.PENDING:
         return None
     reason = record.status.get("reason")
     message = str(record.status.get("message") or reason or "")
-    if reason == Reason.MODEL_NOT_CACHED:
+    if reason in (Reason.MODEL_NOT_CACHED, Reason.BUDGET_EXCEEDED):  # a cache or a Budget only a person changes
         return message
     if reason == Reason.ENVIRONMENT_NOT_READY:
         return _dependency(store, _environment_key(record))

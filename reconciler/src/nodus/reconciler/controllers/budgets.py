@@ -85,6 +85,24 @@ def blocking_budget(
     return None
 
 
+def spent(
+    budget: ResourceRecord, store: StateStore, *, now: float, inference_spend: InferenceSpend | None = None
+) -> Decimal:
+    """What the Budget's runs (and endpoints, when it covers them) have spent in its current period, in USD."""
+    spec = budget.spec["spec"]
+    since = period_start(str(spec.get("period") or "Monthly"), now)
+    total = Decimal(0)
+    for kind in ("TrainingJob", "Job"):
+        for other in store.list(kind, budget.key.project):
+            labels = dict((other.spec.get("metadata") or {}).get("labels") or {})
+            if other.created_at >= since and covers(budget, kind, labels):
+                total += Decimal(str((other.status.get("cost") or {}).get("totalUSD") or 0))
+    kinds = spec.get("kinds") or []
+    if inference_spend is not None and (not kinds or "InferenceEndpoint" in kinds):
+        total += inference_spend(budget.key.project, budget, now)
+    return total
+
+
 def budget_status(blocking: Blocking) -> JSONObject:
     return {"phase": Phase.PENDING, "reason": Reason.BUDGET_EXCEEDED, "message": blocking.message}
 

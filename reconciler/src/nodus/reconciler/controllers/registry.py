@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from nodus.errors import PermanentError, TemporaryError
 from nodus.reconciler.controllers.agentgroup_controller import AgentGroupController
 from nodus.reconciler.controllers.base import Context, Controller, Done, Requeue, Result, failure_status
+from nodus.reconciler.controllers.budget_controller import BudgetController
 from nodus.reconciler.controllers.environment_controller import EnvironmentController
 from nodus.reconciler.controllers.inferenceendpoint_controller import InferenceEndpointController
 from nodus.reconciler.controllers.job_controller import JobController
@@ -69,6 +70,7 @@ REGISTRY.register(TrainingJobController())
 REGISTRY.register(JobController())
 REGISTRY.register(InferenceEndpointController())
 REGISTRY.register(SecretController())
+REGISTRY.register(BudgetController())
 REGISTRY.register(AgentGroupController(), runs=False)
 
 

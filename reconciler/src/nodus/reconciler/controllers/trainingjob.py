@@ -33,7 +33,7 @@ from nodus.errors import ConfigError
 from nodus.reconciler.controllers import sandbox as sandboxes
 from nodus.reconciler.controllers.admission import Admission, admit
 from nodus.reconciler.controllers.attempts import attempts_of
-from nodus.reconciler.controllers.budgets import blocking_budget, budget_status, first_hold
+from nodus.reconciler.controllers.budgets import InferenceSpend, blocking_budget, budget_status, first_hold
 from nodus.reconciler.controllers.export import exported_status
 from nodus.reconciler.controllers.run_secrets import run_secrets, tracking_params
 from nodus.reconciler.controllers.status import write_status
@@ -51,6 +51,7 @@ from nodus.reconciler.executors.workload import (
     Workload,
     WorkloadKey,
 )
+from nodus.reconciler.inference.api import budget_spend
 from nodus.reconciler.model_cache import imported
 from nodus.reconciler.pricing.host_timing import measure, model_identity
 from nodus.reconciler.pricing.prices import LOCAL_PRICE_VARIABLE, LaunchPrice, launch_price, load_prices
@@ -158,7 +159,7 @@ def reconcile_trainingjob(
     if not exists or jobs.spec_of(record.key.project, record.key.name).generation < spec.generation:
         nodes = spec.resources.nodes if spec.resources is not None else 1
         hold = first_hold(price.per_hour_usd, nodes, spec.max_cost)
-        blocking = blocking_budget(record, store, hold, now=time.time())
+        blocking = blocking_budget(record, store, hold, now=time.time(), inference_spend=_inference_spend(store))
         if blocking is not None:
             return budget_status(blocking), None
     _, new = store.record_launch(Launch(launch_key(record), record.key, job=record.key.name))
@@ -174,6 +175,15 @@ def reconcile_trainingjob(
         status["sandbox"] = sandbox.to_status()
     status = exported_status(record, status, jobs, project=project, store=store)
     return status, (launch_key(record) if new else None)
+
+
+def _inference_spend(store: StateStore) -> InferenceSpend:
+    """What the project's endpoints spent under a Budget, from the gateway's ledger in the same store."""
+
+    def spend(project: str, budget: ResourceRecord, now: float) -> Decimal:
+        return budget_spend(store, project, budget, now)
+
+    return spend
 
 
 def sandbox_in_force(

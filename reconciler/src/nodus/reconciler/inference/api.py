@@ -11,19 +11,21 @@ a store that is not one of nodus's SQL stores is a ConfigError.
     receipt = read_receipt(store, "ireq_01k6d2x7q9fvjt3y8m0c4r5n2e")  # Receipt | None; receipt.to_json()
     argv = gateway_command("postgresql://nodus@db/nodus", uds=Path("/run/nodus/gateway.sock"))
     reap_lost_requests(store)                                       # ids now Unknown
+    budget_spend(store, "default", budget_record, time.time())      # USD charged and held under a Budget
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from decimal import Decimal
 from pathlib import Path
 
 from nodus.errors import ConfigError
-from nodus.reconciler.inference import keys
+from nodus.reconciler.inference import budgets, keys
 from nodus.reconciler.inference.keys import SCOPE_INVOKE, ApiKey, NewKey
 from nodus.reconciler.inference.ledger import Ledger, Receipt
-from nodus.reconciler.state.records import DEFAULT_PROJECT, StateStore
+from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceRecord, StateStore
 from nodus.reconciler.state.sql import SqlStore
 
 GATEWAY_MODULE = "nodus.reconciler.inference.gateway"
@@ -58,6 +60,18 @@ def read_receipt(store: StateStore, request_id: str) -> Receipt | None:
 def reap_lost_requests(store: StateStore) -> list[str]:
     """Requests held by gateway processes that are gone become Unknown (never charged); their ids."""
     return Ledger(sql_store(store)).reap()
+
+
+def budget_spend(store: StateStore, project: str, budget: ResourceRecord, now: float) -> Decimal:
+    """What `project`'s endpoints covered by `budget` (a Budget record) charged in its period and hold now, in USD: the
+    inference share a TrainingJob's launch counts against the same Budget (`controllers/budgets.py`)."""
+    if not isinstance(store, SqlStore):
+        return Decimal(0)
+    rules = budgets.budget_rules([budget])
+    if not rules:
+        return Decimal(0)
+    settled, held = Ledger(store)._budget_spend(project, rules[0], now)
+    return Decimal(settled + held) / Decimal(1_000_000_000)
 
 
 def gateway_command(
