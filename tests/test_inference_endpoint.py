@@ -43,6 +43,36 @@ spec: {model: {trainingJob: quickstart}, rpm: 100, maxConcurrent: 4, maxCostUSD:
 """
 
 
+EVALUATION = """apiVersion: nodus.dev/v1
+kind: Secret
+metadata: {name: eval-key}
+spec: {keys: [NODUS_API_KEY], provider: File, path: eval.env}
+---
+apiVersion: nodus.dev/v1beta1
+kind: TrainingJob
+metadata: {name: measured}
+spec:
+  runtime: nodus/evaluate
+  mode: Evaluate
+  environment: {name: reverse-words@1.0.0, heldOutTasks: 16, seed: 0}
+  evaluation: {endpoint: {name: reverser, keySecret: eval-key}}
+  parameters: {maxTokens: 16}
+"""
+
+
+def endpoint_spend(project: Path) -> int:
+    """Nano-dollars the endpoint has charged, from the gateway's ledger in the project's store."""
+    from nodus.reconciler.inference.ledger import Ledger
+    from nodus.reconciler.project import Project
+
+    store = Project.find(project).open_state()
+    try:
+        settled, _ = Ledger(store).spend("default", "reverser")  # type: ignore[arg-type]
+    finally:
+        store.close()
+    return settled
+
+
 def nodus(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     result = CliRunner().invoke(cli, list(args), env=env)
     return result.exit_code, result.stdout, result.stderr
@@ -121,6 +151,18 @@ def test_the_quickstart_adapter_served_to_the_openai_client_through_the_gateway(
                                env={"NODUS_API_KEY": key})  # fmt: skip
         assert code == 0 and out.strip() != "", err
         assert err.startswith("request ireq_") and " output tokens · $" in err, err
+
+        # A trained adapter measured through the path users call: nodus/evaluate answers the held-out tasks through
+        # the endpoint (its key from a Secret), graded by the platform; every answer is a request of the endpoint's.
+        (project / "eval.env").write_text(f"NODUS_API_KEY={key}\n")
+        (project / "eval.yaml").write_text(EVALUATION)
+        spent_before = endpoint_spend(project)
+        code, out, err = nodus("apply", ".", "--yes", "--wait", "--timeout", "5m")
+        assert code == 0 and "TrainingJob/measured: Succeeded" in err + out, out + err
+        results = json.loads((project / ".nodus/jobs/default/measured/outputs/results.json").read_text())
+        assert results["backend"] == "endpoint" and results["tasks"] == 16, results
+        assert sum(results["verdicts"].values()) == 16 and results["passRate"] is not None, results
+        assert endpoint_spend(project) > spent_before  # charged as any caller's requests are
 
         with pytest.raises(AuthenticationError):
             OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="nds_wrong").chat.completions.create(

@@ -31,7 +31,7 @@ def test_validate_valid_folder_prints_a_summary() -> None:
     assert code == 0
     lines = out.strip().splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith("✓ 27 valid resources (")
+    assert lines[0].startswith("✓ 28 valid resources (")
     assert "in 5 files" in lines[0]
 
 

@@ -44,14 +44,18 @@ class RunContext:
     parameters: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_environment(cls) -> RunContext:
+    def from_environment(cls, *, model_required: bool = True) -> RunContext:
+        """The contract of this process's environment; `model_required=False` for a run that loads no model (an
+        evaluation through an endpoint), whose `model` is then an empty path."""
         params_file = Path(_required("NODUS_INPUT_PARAMS")) / "params.json"
         try:
             params = json.loads(params_file.read_text())
         except (OSError, ValueError) as exc:
             raise ContractError(f"cannot read {params_file}: {exc}") from None
-        model = Path(_required("NODUS_INPUT_MODEL"))
-        if not (model / "config.json").is_file():
+        model = (
+            Path(_required("NODUS_INPUT_MODEL")) if model_required else Path(os.environ.get("NODUS_INPUT_MODEL", ""))
+        )
+        if model_required and not (model / "config.json").is_file():
             raise ContractError(f"NODUS_INPUT_MODEL {model} holds no config.json")
         state, outputs = Path(_required("NODUS_STATE_DIR")), Path(_required("NODUS_OUTPUT_DIR"))
         state.mkdir(parents=True, exist_ok=True)

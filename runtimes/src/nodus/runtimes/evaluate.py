@@ -3,7 +3,8 @@
 Who runs it: the job supervisor, as the command of `runtimes/evaluate.yaml` (`python -m
 nodus.runtimes.evaluate`), for a TrainingJob with `mode: Evaluate`. It fetches the Environment's held-out tasks
 through the attempt API, generates a reply to each (greedy unless `temperature` is above 0) with the
-generation backend (transformers here, vLLM on GPU hosts), and submits them in phase Evaluation; the platform
+generation backend (transformers here, vLLM on GPU hosts; or an InferenceEndpoint, called through the project's
+gateway, when the job names one: `endpoint_generation.py`), and submits them in phase Evaluation; the platform
 grades them and keeps the record. Outputs: results.json (pass rate and counts by verdict), provenance.json,
 manifest.json.
 """
@@ -16,15 +17,17 @@ from collections import Counter
 from pathlib import Path
 
 from nodus.runtimes.contract import RunContext
+from nodus.runtimes.endpoint_generation import EndpointGenerator
 from nodus.runtimes.evaluation import run_episodes
-from nodus.runtimes.generation import Sampling, make_generator
+from nodus.runtimes.generation import Generator, Sampling, make_generator
 from nodus.runtimes.grpo_lora import load_model, token_counter
 from nodus.runtimes.outputs import export
 
 
 def main() -> int:
     started = time.monotonic()
-    context = RunContext.from_environment()
+    through = EndpointGenerator.from_environment()
+    context = RunContext.from_environment(model_required=through is None)
     parameters = context.parameters
     benchmarks = (context.params.get("evaluation") or {}).get("tasks") or []
     if benchmarks and not context.params.get("environment"):
@@ -38,12 +41,17 @@ def main() -> int:
     if not test:
         print("evaluate: the environment served no held-out tasks", flush=True)
         return 2
-    model, tokenizer = load_model(context)
-    if parameters.get("adapter"):
-        from peft import PeftModel
+    generator: Generator
+    if through is not None:
+        generator = through  # the endpoint's model and adapter, called as users call it
+    else:
+        model, tokenizer = load_model(context)
+        if parameters.get("adapter"):
+            from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, str(Path(parameters["adapter"])))
-    generator = make_generator(str(parameters.get("generationBackend", "auto")), model, tokenizer, str(context.model))
+            model = PeftModel.from_pretrained(model, str(Path(parameters["adapter"])))
+        backend = str(parameters.get("generationBackend", "auto"))
+        generator = make_generator(backend, model, tokenizer, str(context.model))
     temperature = float(parameters.get("temperature") or 0)
     sampling = Sampling(
         max_tokens=int(parameters.get("maxTokens", 256)), greedy=temperature == 0, temperature=temperature or 1.0

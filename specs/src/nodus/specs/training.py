@@ -95,6 +95,15 @@ class EnvironmentTasks(SpecModel):
     """Only tasks whose metadata has these values."""
 
 
+class EvaluationEndpoint(SpecModel):
+    """An InferenceEndpoint of the project the held-out tasks are answered through: the path users call."""
+
+    name: DnsLabel
+    """The endpoint (Running): its model, adapter and limits are what gets measured, and its requests are charged."""
+    key_secret: DnsLabel
+    """A Secret holding an API key the endpoint takes (its NODUS_API_KEY key, or its only key)."""
+
+
 class Evaluation(SpecModel):
     """Held-out evaluation around training."""
 
@@ -106,6 +115,8 @@ class Evaluation(SpecModel):
     """Scored tasks needed on both sides for a comparison (else reason TooFewTasks)."""
     tasks: list[str] = Field(default_factory=list)
     """Benchmark task names (e.g. arc_easy) for mode Evaluate without an Environment."""
+    endpoint: EvaluationEndpoint | None = None
+    """Mode Evaluate: answer the held-out tasks through this InferenceEndpoint instead of loading a model."""
 
 
 class MlflowTracking(SpecModel):

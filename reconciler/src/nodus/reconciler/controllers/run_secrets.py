@@ -75,6 +75,11 @@ def tracking_params(spec: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def secret_ref(project: Project, label: str, where: str, name: str, env: str) -> SecretRef:
+    """A reference to Secret `name`'s key `env` (else its only key) for the variable `env`, checked readable now."""
+    return _ref(project, label, where, name, env, (env,))
+
+
 def _ref(project: Project, label: str, where: str, name: str, env: str, keys: tuple[str, ...]) -> SecretRef:
     """A reference to the Secret's key for `env` (the first of `keys` it has, else its only key), checked readable."""
     source = stored_secret(project, name, f"{label}: {where}")

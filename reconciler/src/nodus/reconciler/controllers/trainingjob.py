@@ -34,6 +34,7 @@ from nodus.reconciler.controllers import sandbox as sandboxes
 from nodus.reconciler.controllers.admission import Admission, admit
 from nodus.reconciler.controllers.attempts import attempts_of
 from nodus.reconciler.controllers.budgets import InferenceSpend, blocking_budget, budget_status, first_hold
+from nodus.reconciler.controllers.evaluation_endpoint import evaluation_endpoint
 from nodus.reconciler.controllers.export import exported_status
 from nodus.reconciler.controllers.run_secrets import run_secrets, tracking_params
 from nodus.reconciler.controllers.status import write_status
@@ -110,7 +111,10 @@ def reconcile_trainingjob(
             "message": f"Environment {environment.key.name} is not Ready ({reason})",
         }, None
     assert runtime is not None  # admitted
-    model, waiting = _model(record, verdict, project=project, store=store)
+    through, waiting = evaluation_endpoint(record, project=project, store=store)
+    if waiting is not None:
+        return waiting, None
+    model, waiting = (None, None) if through is not None else _model(record, verdict, project=project, store=store)
     if waiting is not None:
         return waiting, None
     teacher, waiting = _teacher(record, project=project, store=store)
@@ -136,6 +140,9 @@ def reconcile_trainingjob(
     except ConfigError as exc:
         return {"phase": Phase.FAILED, "reason": Reason.LAUNCH_FAILED, "message": exc.message}, None
     tracking = tracking_params(record.spec["spec"])
+    if through is not None:
+        extra.env.update(through.env)
+        extra.secrets.append(through.key)
     spec = spec.with_changes(
         env={**spec.env, **extra.env},
         secrets=tuple(extra.secrets),
