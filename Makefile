@@ -51,6 +51,8 @@ bench: setup
 	$(VENV)/bin/python bench/plan.py
 	$(VENV)/bin/python bench/train.py
 	$(VENV)/bin/python bench/ray.py
+	$(VENV)/bin/python bench/serving.py
+	$(VENV)/bin/python bench/inference.py
 
 schemas: setup
 	$(VENV)/bin/python -m nodus.specs.schema_export

@@ -1,6 +1,6 @@
 """Benchmark: what the inference gateway adds to a request, against calling its model server directly.
 
-Run: `.venv/bin/python bench/gateway.py [--requests 300] [--concurrency 16] [--rounds 3] [--state URL]
+Run: `.venv/bin/python bench/inference.py [--requests 300] [--concurrency 16] [--rounds 3] [--state URL]
 [--model-server]`. In one run, one after the other and alternating round by round, the same chat completions go:
 - direct: to the model server on its Unix socket;
 - gateway: to a real gateway process (`python -m nodus.reconciler.inference.gateway`, Unix socket) in front of
@@ -97,7 +97,7 @@ def start(argv: list[str], timeout: float = 180) -> subprocess.Popen[str]:
     if not line:
         stop(process)
         raise SystemExit(
-            f"bench/gateway.py: {argv[2] if len(argv) > 2 else argv[0]} did not start: {process.stderr.read() if process.stderr else ''}"
+            f"bench/inference.py: {argv[2] if len(argv) > 2 else argv[0]} did not start: {process.stderr.read() if process.stderr else ''}"
         )
     return process
 
@@ -146,7 +146,7 @@ async def one(session: aiohttp.ClientSession, side: Side) -> float:
     async with session.post("http://localhost/v1/chat/completions", json=body, headers=side.headers) as response:
         await response.read()
         if response.status != 200:
-            raise SystemExit(f"bench/gateway.py: {side.label} answered {response.status}: {await response.text()}")
+            raise SystemExit(f"bench/inference.py: {side.label} answered {response.status}: {await response.text()}")
     return time.perf_counter() - started
 
 
