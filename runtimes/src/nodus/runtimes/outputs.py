@@ -7,8 +7,8 @@ seeds' Training guide names it:
     adapter/            the LoRA adapter (adapter_model.safetensors, adapter_config.json) and the tokenizer
     model/              instead of adapter/ after full fine-tuning: the whole model and the tokenizer
     results.json        the final metrics and the per-step history
-    provenance.json     runtime, environment (or data and teacher) and model: names, digests and revisions;
-                        library versions
+    provenance.json     runtime, environment (or data and teacher) and model: names, digests and revisions (and,
+                        for a model that is another run's outputs, that run: `model.trainedBy`); library versions
     curves.png          the method's metric (GRPO: reward) and loss per step (when matplotlib can draw)
     manifest.json       {"files": {path: {"sha256", "size"}}} of every other file, written last
 
@@ -72,6 +72,33 @@ def model_digest(folder: Path) -> str:
     return "sha256:" + digest.hexdigest()
 
 
+def trained_by(model: Path) -> dict[str, Any] | None:
+    """The run that trained `model`, where the model is another run's outputs (a Volume revision that `exportTo`
+    filled): what that run's provenance.json says of itself and of the model it started from. The folder is the
+    outputs themselves (provenance.json beside model/) or their model/ or adapter/ folder (provenance.json one up);
+    None for a model that is not a run's output (a pinned Hugging Face revision, weights a user uploaded)."""
+    for folder in (model, model.parent) if model.name in ("model", "adapter") else (model,):
+        path = folder / "provenance.json"
+        try:
+            earlier = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(earlier, dict) or not earlier.get("trainingJob"):
+            continue
+        runtime = earlier.get("runtime")
+        started = earlier.get("model")
+        return {
+            "trainingJob": earlier["trainingJob"],
+            "attempt": earlier.get("attempt"),
+            "runtime": runtime.get("name") if isinstance(runtime, dict) else runtime,
+            "model": {"revision": started.get("revision"), "digest": started.get("digest")}
+            if isinstance(started, dict)
+            else None,
+            "provenanceSha256": sha256(path),
+        }
+    return None
+
+
 def provenance(context: RunContext) -> dict[str, Any]:
     params = context.params
     versions: dict[str, str | None] = {}
@@ -89,7 +116,11 @@ def provenance(context: RunContext) -> dict[str, Any]:
             "image": environment.get("image"),
             "seed": environment.get("seed"),
         },
-        "model": {"revision": params.get("modelRevision"), "digest": model_digest(context.model)},
+        "model": {
+            "revision": params.get("modelRevision"),
+            "digest": model_digest(context.model),
+            **({"trainedBy": earlier} if (earlier := trained_by(context.model)) else {}),
+        },
         "trainingJob": params.get("trainingJob"),
         "attempt": context.attempt,
         "libraries": versions,
