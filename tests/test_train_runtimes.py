@@ -305,10 +305,11 @@ def test_distillation_lowers_the_students_held_out_kl_to_the_teacher(model: str,
 
 
 CHAIN_NEEDS = (
-    "the platform does not yet start a run from another run's export: a Volume revision that exportTo filled holds "
-    "the weights in model/ (or adapter/), and NODUS_INPUT_MODEL is the revision's folder, which holds no config.json "
-    "(the trainer stops: 'NODUS_INPUT_MODEL ... holds no config.json'); and params.json's modelRevision is empty "
-    "for a model from a Volume, so provenance.json cannot name the revision (see the report of this test's commit)"
+    "the platform does not start a run from another run's export yet: NODUS_INPUT_MODEL is the Volume revision's "
+    "folder, which holds the weights under model/ (or adapter/) and no config.json, so the trainer stops ('holds no "
+    "config.json'); it needs the executor to resolve such a revision to its model/ folder (an adapter/ over the base "
+    "its provenance.json names), and params.json's modelRevision to name a Volume model ('volume:NAME@REVISION', as "
+    "teacherRevision does) so that provenance.json can name it"
 )
 
 
