@@ -304,16 +304,6 @@ def test_distillation_lowers_the_students_held_out_kl_to_the_teacher(model: str,
 # --- the chain: SFT, exported to a Volume, then DPO from that Volume's revision -------------------------------------
 
 
-CHAIN_NEEDS = (
-    "the platform does not start a run from another run's export yet: NODUS_INPUT_MODEL is the Volume revision's "
-    "folder, which holds the weights under model/ (or adapter/) and no config.json, so the trainer stops ('holds no "
-    "config.json'); it needs the executor to resolve such a revision to its model/ folder (an adapter/ over the base "
-    "its provenance.json names), and params.json's modelRevision to name a Volume model ('volume:NAME@REVISION', as "
-    "teacherRevision does) so that provenance.json can name it"
-)
-
-
-@pytest.mark.xfail(reason=CHAIN_NEEDS, raises=pytest.fail.Exception, strict=True)
 def test_dpo_starts_from_the_sft_runs_export_and_its_provenance_names_both(model: str) -> None:
     """The seeds' Preference tuning: `model: {volume: {name: my-sft-model, revision: N}}`, a model trained earlier.
     The SFT run trains every weight (its outputs hold model/), exports them (`exportTo`) as the Volume's revision N;

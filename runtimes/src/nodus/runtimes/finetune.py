@@ -39,7 +39,7 @@ from nodus.runtimes.grpo_lora import last_checkpoint
 from nodus.runtimes.outputs import Curves, export, model_digest, write_json
 from nodus.runtimes.progress import progress_callback
 from nodus.runtimes.refusal import Refusal
-from nodus.runtimes.tracking import guard, report_to
+from nodus.runtimes.tracking import guard, report_to, tracker_run
 from nodus.runtimes.weights import Weights, bf16, check_quantization, load_causal_lm, load_tokenizer
 
 
@@ -354,9 +354,11 @@ def run(method: Method) -> int:
     )
     trainer = build_trainer(method, job, train_rows)
     method.prepare(job, trainer, held_rows)
-    before = baseline(method, job, trainer, held_rows)
-    train(job, trainer)
-    after = final(method, job, trainer, held_rows)
+    name = os.environ.get("NODUS_JOB_NAME") or method.runtime
+    with tracker_run(job.trackers, name, trainer, lambda line: log(f"warning: {line}")):
+        before = baseline(method, job, trainer, held_rows)
+        train(job, trainer)
+        after = final(method, job, trainer, held_rows)
     metric = method.metric
     improved = metric.improved(before[metric.name], after[metric.name])
     log(f"held out after training: {shown(after)} ({metric.name} {'improved' if improved else 'did not improve'})")

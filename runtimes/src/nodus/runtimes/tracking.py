@@ -12,9 +12,10 @@ line in the log and the run carries on without it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 TRACKER_CALLBACKS = {"MLflowCallback": "mlflow", "WandbCallback": "wandb"}
@@ -36,6 +37,9 @@ def report_to(params: dict[str, Any], warn: Callable[[str], None]) -> list[str]:
                 os.environ.setdefault("MLFLOW_EXPERIMENT_NAME", str(mlflow["experiment"]))
             # A server that does not answer costs seconds, not mlflow's default minutes of retries.
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+            # mlflow reports usage to its makers unless told not to: the run talks to the user's server, no other.
+            os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+            os.environ.setdefault("DO_NOT_TRACK", "true")
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
             chosen.append("mlflow")
     wandb = tracking.get("wandb")
@@ -79,6 +83,41 @@ class GuardedTracker:
                 return None
 
         return guarded
+
+
+@contextlib.contextmanager
+def tracker_run(trackers: list[str], name: str, trainer: Any, warn: Callable[[str], None]) -> Iterator[None]:
+    """One MLflow run for the whole nodus run: the baseline, every step and the final held-out measurement.
+    transformers' MLflowCallback opens a run of its own when there is none and ends it when training ends, so the
+    measurement after training would land in a second run; opened here, the callback uses this one and leaves it
+    open, and it ends after the final measurement. A tracker that fails here is one warning, as anywhere, and the
+    trainer's callback for it (wrapped by `guard`) is dropped, so it does not fail again at every step."""
+    if "mlflow" not in trackers:
+        yield
+        return
+    try:
+        import mlflow
+
+        if os.environ.get("MLFLOW_EXPERIMENT_NAME"):
+            mlflow.set_experiment(os.environ["MLFLOW_EXPERIMENT_NAME"])
+        mlflow.start_run(run_name=name)
+    except Exception as exc:  # any failure of an optional tracker: the run goes on without it, said once
+        warn(f"tracking.mlflow: reporting failed ({_cause(exc)}); going on without mlflow")
+        callbacks = trainer.callback_handler.callbacks
+        callbacks[:] = [c for c in callbacks if getattr(c, "tracker", None) != "mlflow"]
+        yield
+        return
+    try:
+        yield
+    finally:
+        try:
+            mlflow.end_run()
+        except Exception as exc:
+            warn(f"tracking.mlflow: cannot end the run ({_cause(exc)})")
+
+
+def _cause(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def guard(trainer: Any, warn: Callable[[str], None]) -> None:

@@ -316,6 +316,11 @@ def data_params(data: DataArtifact) -> JSONObject:
     }
 
 
+def _volume_revision_name(model: ModelArtifact | None) -> str | None:
+    """`volume:NAME@REV` of a model from a Volume (what provenance.json names it by), else None."""
+    return None if model is None or model.volume is None else _volume_name(model)
+
+
 def _volume_name(model: ModelArtifact) -> str:
     assert model.volume is not None
     return f"volume:{model.volume.name}@{model.volume.revision}"
@@ -399,7 +404,7 @@ def compile_workload(
         "environment": _environment_params(spec.get("environment"), environment),
         "evaluation": {**DEFAULT_EVALUATION, **(spec.get("evaluation") or {})},
         "trainingJob": record.key.name,
-        "modelRevision": (verdict.model or {}).get("uri"),
+        "modelRevision": (verdict.model or {}).get("uri") or _volume_revision_name(model),
         "runtime": {
             "name": f"{runtime.key.project}/{runtime.key.name}",
             # The document as applied (normalised, canonical JSON): a changed schema or default is a new digest.

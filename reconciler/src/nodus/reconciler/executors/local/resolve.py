@@ -154,6 +154,8 @@ def model_path(model: ModelArtifact, owner: str, label: str, project: Project | 
     folder = volume_folder(project, owner, model.volume.name, model.volume.revision)
     if not folder.is_dir():
         raise ConfigError(f"{label}: model.volume: Volume {model.volume.name} has no revision {model.volume.revision}")
+    if not (folder / "config.json").is_file() and (folder / "model" / "config.json").is_file():
+        return folder / "model"  # a run's exported outputs: its full model is in model/, beside results and provenance
     return folder
 
 
