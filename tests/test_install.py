@@ -126,6 +126,10 @@ def throwaway_workspace(root: Path) -> Path:
     (root / "runtimes" / "src").mkdir(parents=True)
     uv_root = ROOT["tool"]["uv"]
     torch_only = [r for r in RUNTIMES["project"]["dependencies"] if Requirement(r).name == "torch"]
+    # Only the extras that choose the torch build (the workspace's `conflicts`); the others (tracking, ...) would
+    # need the package registry, like the workspace's other dependencies.
+    chooser = {entry["extra"] for group in uv_root["conflicts"] for entry in group}
+    torch_extras = {k: v for k, v in RUNTIMES["project"]["optional-dependencies"].items() if k in chooser}
     indexes = "".join(f"[[tool.uv.index]]\n{lines(index)}\n" for index in uv_root["index"])
     (root / "pyproject.toml").write_text(
         '[project]\nname = "throwaway"\nversion = "0"\nrequires-python = ">=3.11"\ndependencies = []\n\n'
@@ -136,7 +140,7 @@ def throwaway_workspace(root: Path) -> Path:
     (root / "runtimes" / "pyproject.toml").write_text(
         '[project]\nname = "nodus-runtimes"\nversion = "0.1.0"\nrequires-python = ">=3.11"\n'
         f"dependencies = {inline(torch_only)}\n\n"
-        f"[project.optional-dependencies]\n{lines(RUNTIMES['project']['optional-dependencies'])}\n"
+        f"[project.optional-dependencies]\n{lines(torch_extras)}\n"
         f"[tool.uv.sources]\n{lines(RUNTIMES['tool']['uv']['sources'])}"
     )
     return root

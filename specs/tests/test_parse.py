@@ -324,3 +324,11 @@ def test_parameters_must_be_finite_numbers(tmp_path: Path) -> None:
     assert len(result.errors) == 1
     problem = result.errors[0]
     assert problem.field == "spec.parameters" and problem.message == "lora: dropout: must be a finite number (got nan)"
+
+
+@pytest.mark.parametrize("key", ["A", "str", "EndpointModel"])
+def test_a_users_key_that_looks_like_a_union_branch_is_an_unknown_field(key: str) -> None:
+    """Found by tests/test_validate_fuzz.py: an extra top-level `A:` was taken for a union branch's name and dropped
+    from the location, which then had nothing left to name."""
+    found = errors_of(TJ + f"{key}: ''\n")
+    assert any(f"{key}: unknown field" in e for e in found), found

@@ -253,7 +253,7 @@ def _parse_document(doc: Document, file: str, explicit: bool, result: ParseResul
     try:
         resource = cls.model_validate(data)
     except ValidationError as exc:
-        for err in _one_branch(exc.errors(include_url=False)):
+        for err in _one_branch(exc.errors(include_url=False), cls):
             loc = tuple(err["loc"])
             message, at_key = _message(err, cls)
             position_path = loc[:-1] if err["type"] == "missing" else loc
@@ -389,23 +389,37 @@ def _unwrap(tp: Any) -> Any:
             return tp
 
 
-def _fields_at(cls: type[BaseModel], path: Loc) -> list[str]:
-    """The YAML field names allowed at `path` inside `cls` (empty where free-form)."""
+def _annotation_at(cls: type[BaseModel], path: Loc) -> Any:
+    """The annotation of the value at `path` inside `cls` as declared (None where the path leaves the model)."""
     tp: Any = cls
     for part in path:
         tp = _unwrap(tp)
         if isinstance(tp, type) and issubclass(tp, BaseModel):
             by_alias = {(f.alias or name): f for name, f in tp.model_fields.items()}
             if not isinstance(part, str) or part not in by_alias:
-                return []
+                return None
             tp = by_alias[part].annotation
         elif typing.get_origin(tp) in (list, tuple, set) and isinstance(part, int):
             tp = typing.get_args(tp)[0]
         elif typing.get_origin(tp) is dict:
             tp = typing.get_args(tp)[1]
         else:
-            return []
-    tp = _unwrap(tp)
+            return None
+    return tp
+
+
+def _is_union(tp: Any) -> bool:
+    """Whether `tp` is a union of two or more types besides None (`str | EndpointModel`)."""
+    while typing.get_origin(tp) is typing.Annotated:
+        tp = typing.get_args(tp)[0]
+    if typing.get_origin(tp) not in (typing.Union, types.UnionType):
+        return False
+    return len([a for a in typing.get_args(tp) if a is not type(None)]) > 1
+
+
+def _fields_at(cls: type[BaseModel], path: Loc) -> list[str]:
+    """The YAML field names allowed at `path` inside `cls` (empty where free-form)."""
+    tp = _unwrap(_annotation_at(cls, path))
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         return [(f.alias or name) for name, f in tp.model_fields.items()]
     return []
@@ -448,7 +462,7 @@ def _branch(part: object) -> str | None:
     return None
 
 
-def _one_branch(errors: list[Any]) -> list[Any]:
+def _one_branch(errors: list[Any], cls: type[BaseModel]) -> list[Any]:
     """The errors of a value given for a union (`model: str | EndpointModel`) as one field has them: only the branch
     the value's shape chose (a mapping: the model; anything else: the plain value), without the branch's name in the
     location, so `spec.model: set exactly one of ...` is said, not `spec.model.str: must be a string`."""
@@ -456,7 +470,8 @@ def _one_branch(errors: list[Any]) -> list[Any]:
     for err in errors:
         loc = list(err["loc"])
         for index, part in enumerate(loc):
-            branch = _branch(part)
+            # Only a part right after a union field names a branch: a user's key (`A:`, `str:`) never does.
+            branch = _branch(part) if index and _is_union(_annotation_at(cls, tuple(loc[:index]))) else None
             if branch is None:
                 continue
             # The value given for the union: the str branch's input is it; a model branch's error is about it too.
