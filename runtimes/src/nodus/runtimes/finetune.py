@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 from nodus.runtimes.contract import RunContext
 from nodus.runtimes.data import Data, DataSpec, Shape, as_chat, load, split
-from nodus.runtimes.grpo_lora import last_checkpoint
+from nodus.runtimes.distributed import agreed_checkpoint, everyone, world_size
 from nodus.runtimes.outputs import Curves, export, model_digest, write_json
 from nodus.runtimes.progress import progress_callback
 from nodus.runtimes.refusal import Refusal
@@ -126,6 +126,7 @@ class Run:
             "save_strategy": "steps",
             "save_steps": c.save_steps,
             "save_total_limit": 2,
+            "save_on_each_node": True,  # a gang's ranks each resume from a checkpoint on their own machine
             "report_to": self.trackers or "none",
             # TRL turns these on by default; on CPU bf16 is slow and inexact, and checkpointing is a choice.
             "gradient_checkpointing": c.gradient_checkpointing,
@@ -303,7 +304,9 @@ def baseline(method: Method, job: Run, trainer: Any, held: list[dict[str, Any]])
     never takes a half-trained model for its baseline."""
     context, steps = job.context, job.common.steps
     saved_file = context.state / "baseline.json"
-    if saved_file.is_file():
+    # Kept only where every process kept one: measuring is a collective call (an evaluation gathers every rank's
+    # losses), so a replaced node measuring alone would wait for the others forever.
+    if everyone(saved_file.is_file()):
         saved = json.loads(saved_file.read_text())
         job.log(f"baseline kept from attempt {saved.get('attempt')}: {shown(saved['measured'])}")
         return dict(saved["measured"])
@@ -318,7 +321,7 @@ def baseline(method: Method, job: Run, trainer: Any, held: list[dict[str, Any]])
 def train(job: Run, trainer: Any) -> None:
     """TRL's training loop, from the newest checkpoint in the state folder when there is one."""
     job.context.api.event(stage="Training", step=0, totalSteps=job.common.steps)
-    checkpoint = last_checkpoint(job.context.state / "checkpoints")
+    checkpoint = agreed_checkpoint(job.context.state / "checkpoints", job.log)
     if checkpoint is not None:
         job.log(f"resuming from {checkpoint.name}")
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
@@ -351,6 +354,7 @@ def run(method: Method) -> int:
     log(
         f"attempt {job.context.attempt}: {job.task} ({job.weights.method}) on {len(train_rows)} rows, "
         f"{len(held_rows)} held out, of {files} ({job.data.shape.describe()}); {job.common.steps} steps"
+        + (f"; {world_size()} processes, data-parallel" if world_size() > 1 else "")
     )
     trainer = build_trainer(method, job, train_rows)
     method.prepare(job, trainer, held_rows)

@@ -29,6 +29,7 @@ from typing import Any
 
 from nodus.runtimes.attempt import reward_of
 from nodus.runtimes.contract import RunContext
+from nodus.runtimes.distributed import agreed_checkpoint
 from nodus.runtimes.evaluation import run_episodes
 from nodus.runtimes.generation import Sampling, TransformersGenerator, as_messages, make_generator, tools_of
 from nodus.runtimes.multiturn import make_rollout, rollout_rows
@@ -139,13 +140,9 @@ def check_state(context: RunContext) -> None:
 
 
 def last_checkpoint(folder: Path) -> Path | None:
-    """The newest complete TRL checkpoint (one with trainer_state.json), or None."""
-    found = []
-    for child in folder.glob("checkpoint-*"):
-        step = child.name.removeprefix("checkpoint-")
-        if step.isdigit() and (child / "trainer_state.json").is_file():
-            found.append((int(step), child))
-    return max(found)[1] if found else None
+    """The newest complete TRL checkpoint (one with trainer_state.json) that every training process holds, or None
+    (`distributed.agreed_checkpoint`: with one process, its newest)."""
+    return agreed_checkpoint(folder, log)
 
 
 # --- the trainer -----------------------------------------------------------------------------------------
@@ -232,6 +229,7 @@ def grpo_config(context: RunContext, p: Parameters) -> Any:
         save_strategy="steps",
         save_steps=p.save_steps,
         save_total_limit=2,
+        save_on_each_node=True,  # a gang's ranks each resume from a checkpoint on their own machine
         report_to="none",
         gradient_checkpointing=False,
         use_cpu=not cuda,

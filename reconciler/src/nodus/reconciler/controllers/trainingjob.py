@@ -153,15 +153,6 @@ def reconcile_trainingjob(
     refused = gang_refusal(spec.resources, jobs, "spec.resources.nodes")
     if refused is not None:
         return refused, None
-    if spec.resources is not None and spec.resources.nodes > 1:
-        # A gang runs each rank's command with the seeds' rank variables, but a managed trainer also needs its
-        # session on every member (the attempt API, its inputs there, rank 0's outputs back): not built yet.
-        message = (
-            f"spec.resources.nodes: {spec.resources.nodes} nodes: a TrainingJob runs on one node for now (its trainer "
-            "needs a session on every member, which gangs do not have yet); run your own multi-node command as a "
-            "Job with spec.distributed"
-        )
-        return {"phase": Phase.FAILED, "reason": Reason.LAUNCH_FAILED, "message": message}, None
     exists = jobs.exists(record.key.project, record.key.name)
     if record.spec["spec"].get("state") == "Suspended":
         if exists:

@@ -36,6 +36,12 @@ def _torchrun(command: Sequence[str], processes: int, python: str) -> list[str]:
     return [python, "-m", "torch.distributed.run", *standalone, *_target(command, python)]
 
 
+def torchrun_across_nodes(command: Sequence[str], python: str) -> list[str]:
+    """`command` under torchrun with no rendezvous of its own: it reads it from the PET_* variables a gang's rank
+    has (`executors/ray/gang.rank_env`). For a managed runtime on a member of a TrainingJob's gang."""
+    return [python, "-m", "torch.distributed.run", *_target(command, python)]
+
+
 def _accelerate(command: Sequence[str], processes: int, python: str) -> list[str]:
     target = _target(command, python)
     if target[0] == "--no-python":

@@ -48,6 +48,7 @@ from ..protocol import ENDED_PHASES, Capabilities, Gradings, Observation, Output
 from ..workload import Workload
 from . import gang, node_session, status_stream
 from .channel import INPUTS_VARIABLE, OutputsCache, RegistryChannel
+from .gang_sessions import runs_sessions
 from .jobs_client import RAY_PENDING, JobsClient, RayJob, Submission
 from .placement import Placement, Unschedulable, offered_types, place
 from .status_stream import Stream
@@ -189,7 +190,13 @@ class RayExecutor:
             node_session.RUN_VARIABLE: mode,
             gang.SUBMISSION_VARIABLE: identifier,
         }
-        if self.channel is not None and self.project is not None and not gang.is_gang(workload):
+        # A Job's gang runs its own command on every member; a single node's session and a TrainingJob's members
+        # (gang_sessions.py) take their inputs from the registry.
+        if (
+            self.channel is not None
+            and self.project is not None
+            and (not gang.is_gang(workload) or runs_sessions(workload))
+        ):
             env.update(self.channel.env())
             inputs = self.channel.publish_inputs(workload, self.project)
             if inputs is not None:

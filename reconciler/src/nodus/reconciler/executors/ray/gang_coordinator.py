@@ -29,8 +29,11 @@ and checked (its boot, or for a restarted epoch its restore, in `readySeconds`),
 it ended (Succeeded; Failed with TrainerFailed or NodeLost for the rank that ended the epoch; Cancelled for the ranks
 stopped with it) and its cost (the member's price from the request to the end).
 
-Not done yet: per-member supervisors (cost accounting, caps and the attempt API run only for single-node jobs),
-and nodes that offer their GPU type only by label (a bundle can only reserve resources).
+What the members run is the gang's kind: a Job's command on every rank (`launchers.CommandGang`), or for a
+TrainingJob a node session on every rank, rank 0's being the run's (`gang_sessions.SessionGang`: each member has
+its supervisor, attempt API, inputs and state folder; the coordinator still bills the whole gang and holds its cap).
+
+Not done yet: nodes that offer their GPU type only by label (a bundle can only reserve resources).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -51,8 +55,10 @@ from nodus.specs.topology import Topology
 
 from ...session.cost import CostMeter, usd
 from ..workload import Workload
-from . import gang, gang_checkpoints, launchers, status_stream
+from . import gang, gang_checkpoints, status_stream
 from .gang_member import STOP_GRACE_S, GangMember
+from .gang_sessions import SessionGang, runs_sessions
+from .launchers import CommandGang
 from .placement import RAY_GPU, Placement
 from .submission import run_number
 
@@ -81,6 +87,8 @@ class EpochEnd:
     rank: int | None
     message: str
     lost: bool = False
+    reason: str | None = None
+    """Why the rank ended as it did, where its session said (a TrainingJob's member)."""
 
 
 class GangCoordinator:
@@ -95,8 +103,17 @@ class GangCoordinator:
         cwd: str | None,
         jobs: Path,
         base_cost: Decimal = Decimal(0),
+        *,
+        run: str = "launch",
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self.workload = workload
+        # What the members run and how their output is read: a Job's command, or a TrainingJob's node sessions.
+        self.kind: CommandGang | SessionGang = (
+            SessionGang(workload, environ or {}, jobs, run, submission_id)
+            if runs_sessions(workload)
+            else CommandGang(workload)
+        )
         self.submission_id = submission_id
         self.out = out
         self.cwd = cwd
@@ -135,7 +152,7 @@ class GangCoordinator:
         import ray
 
         try:
-            launchers.check(self.workload)
+            self.kind.check()
         except ConfigError as exc:
             return self._final(Phase.FAILED, Reason.LAUNCH_FAILED, exc.message)
         ray.init(address="auto", namespace=gang.NAMESPACE, log_to_driver=False, logging_level=logging.ERROR)
@@ -156,7 +173,8 @@ class GangCoordinator:
                 if end.phase == Phase.SUSPENDED:
                     return self._final(Phase.SUSPENDED, Reason.MAX_COST_REACHED, end.message)
                 if not end.lost:
-                    reason = Reason.TRAINER_SUCCEEDED if end.phase == Phase.SUCCEEDED else Reason.TRAINER_FAILED
+                    failed = end.reason or Reason.TRAINER_FAILED
+                    reason = Reason.TRAINER_SUCCEEDED if end.phase == Phase.SUCCEEDED else failed
                     return self._final(end.phase, reason, end.message)
                 first_loss = first_loss or end.message
                 if epoch > self.max_restarts:
@@ -313,8 +331,8 @@ class GangCoordinator:
             env = gang.rank_env(
                 self.workload, member.rank, ips, epoch=epoch, checkpoint_uri=checkpoint_uri, restore_uri=restore_uri
             )
-            command = launchers.member_command(self.workload, member.rank, env)
-            runs[member.actor.run.remote(command, {**self.workload.env, **env}, self.cwd)] = member
+            command, variables = self.kind.member(member.rank, env, epoch)
+            runs[member.actor.run.remote(command, variables, self.cwd)] = member
         end: EpochEnd | None = None
         alive = list(members)
         while runs and end is None and not self.stopping.is_set():
@@ -340,7 +358,8 @@ class GangCoordinator:
                 if member in alive:
                     self._drain(member, epoch, final=True)
                 if status != 0 and end is None:
-                    end = EpochEnd(Phase.FAILED, member.rank, f"rank {member.rank} exited with status {status}")
+                    message, reason = self.kind.ended(member.rank, status)
+                    end = EpochEnd(Phase.FAILED, member.rank, message, reason=reason)
         others = [member for member in alive if any(m is member for m in runs.values())]
         self._stop(others, epoch)
         self._kill(members)
@@ -442,7 +461,10 @@ class GangCoordinator:
     # --- the log --------------------------------------------------------------------------------------------
 
     def _rank_lines(self, rank: int, lines: list[str]) -> None:
-        self._write("".join(status_stream.escape(f"[rank {rank}] {line}") + "\n" for line in lines))
+        text, changed = self.kind.lines(rank, lines)
+        self._write(text)
+        if changed:  # rank 0's session reported a new status: the run's, under the gang's fields
+            self._status(Phase.RUNNING, None, f"epoch {self._gang['epoch']}: {len(self.wanted)} ranks running")
 
     def _say(self, text: str) -> None:
         self._write(status_stream.escape(f"[gang] {text}") + "\n")
@@ -470,11 +492,11 @@ class GangCoordinator:
         return report
 
     def _status(self, phase: str, reason: str | None, message: str) -> None:
-        self._write(status_stream.marker("status", self._report(phase, reason, message)))
+        self._write(status_stream.marker("status", self.kind.merged(self._report(phase, reason, message))))
 
     def _final(self, phase: str, reason: str, message: str) -> int:
         self.meter.ended()
-        self._write(status_stream.marker("final", self._report(phase, reason, message)))
+        self._write(status_stream.marker("final", self.kind.final(self._report(phase, reason, message))))
         return 0 if phase == Phase.SUCCEEDED else 1
 
     def _write(self, text: str) -> None:
@@ -521,9 +543,16 @@ def run_gang(
     cwd: str | None,
     jobs: Path,
     base_cost: Decimal = Decimal(0),
+    *,
+    run: str = "launch",
+    environ: Mapping[str, str] | None = None,
 ) -> int:
     """Run the gang to its end (node_session's entrypoint for a workload of several nodes); the exit status.
-    `base_cost`: what the run's earlier sessions cost (a resumed run's)."""
-    coordinator = GangCoordinator(workload, submission_id, placement, out, cwd, jobs, base_cost)
+    `base_cost`: what the run's earlier sessions cost (a resumed run's); `run`: launch or resume (a TrainingJob's
+    members resume their suspended jobs); `environ`: the coordinator's environment, which a TrainingJob's members
+    take their inputs from."""
+    coordinator = GangCoordinator(
+        workload, submission_id, placement, out, cwd, jobs, base_cost, run=run, environ=environ
+    )
     signal.signal(signal.SIGTERM, lambda number, frame: coordinator.stopping.set())
     return coordinator.run()

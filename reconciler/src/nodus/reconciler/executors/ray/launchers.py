@@ -9,12 +9,12 @@ gang's own, the command on rank 0 with `RAY_ADDRESS`, and for verl `NODUS_VERL_O
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Final
+from typing import Any, Final
 
 from nodus.errors import ConfigError
 
 from ..workload import Workload
-from . import ray_launcher
+from . import ray_launcher, status_stream
 
 Wrapper = Callable[[Workload, int, Mapping[str, str]], list[str]]
 """(the workload, the rank, the rank's variables) -> what that rank runs."""
@@ -42,3 +42,29 @@ def member_command(workload: Workload, rank: int, env: Mapping[str, str]) -> lis
 
 def launcher_of(workload: Workload) -> str:
     return workload.resources.launcher if workload.resources is not None else "Plain"
+
+
+class CommandGang:
+    """The gang of a Job: every member runs the Job's command (by its launcher), and what a member prints is its
+    rank's text, written `[rank N] ...` into the Ray job's log. `gang_sessions.SessionGang` is a TrainingJob's."""
+
+    def __init__(self, workload: Workload) -> None:
+        self.workload = workload
+
+    def check(self) -> None:
+        check(self.workload)
+
+    def member(self, rank: int, env: Mapping[str, str], epoch: int) -> tuple[list[str], dict[str, str]]:
+        return member_command(self.workload, rank, env), {**self.workload.env, **env}
+
+    def lines(self, rank: int, lines: list[str]) -> tuple[str, bool]:
+        return "".join(status_stream.escape(f"[rank {rank}] {line}") + "\n" for line in lines), False
+
+    def merged(self, report: dict[str, Any]) -> dict[str, Any]:
+        return report
+
+    def ended(self, rank: int, exit_status: int) -> tuple[str, str | None]:
+        return f"rank {rank} exited with status {exit_status}", None
+
+    def final(self, report: dict[str, Any]) -> dict[str, Any]:
+        return report

@@ -49,8 +49,9 @@ from ..local import LocalExecutor
 from ..local.job import TERMINAL, JobFiles, lock_held, read_json
 from ..workload import Workload
 from . import gang, status_stream
-from .channel import INPUTS_VARIABLE, REGISTRY_VARIABLE, RegistryChannel, node_store
+from .channel import INPUTS_VARIABLE, INSECURE_VARIABLE, REGISTRY_VARIABLE, RegistryChannel, node_store
 from .gang_coordinator import run_gang
+from .gang_sessions import MEMBER_VARIABLE
 
 WORKLOAD_VARIABLE: Final = "NODUS_WORKLOAD"
 RUN_VARIABLE: Final = "NODUS_RUN"
@@ -58,6 +59,10 @@ JOBS_VARIABLE: Final = "NODUS_NODE_JOBS"
 PROJECT_VARIABLE: Final = "NODUS_NODE_PROJECT"
 LAUNCH: Final = "launch"
 RESUME: Final = "resume"
+PASSED_TO_MEMBERS: Final = (PROJECT_VARIABLE, REGISTRY_VARIABLE, INSECURE_VARIABLE, INPUTS_VARIABLE)
+"""What a TrainingJob gang's coordinator hands on to each member's session (`gang_sessions.member_run`)."""
+MEMBER_START_S: Final = 60.0
+"""How long a member's session waits for the session of the epoch before to have let go of its job folder."""
 TICK_S: Final = 0.2
 UNTRACKED: Final = frozenset({"events", "heartbeatAt"})
 """Status fields a status marker leaves out: the events have markers of their own, and a heartbeat alone is no
@@ -83,6 +88,7 @@ class NodeSession:
         channel: RegistryChannel | None = None,
         inputs: str | None = None,
         submission: str = "",
+        member: bool = False,
     ) -> None:
         self.workload = workload
         self.run = run
@@ -91,6 +97,7 @@ class NodeSession:
         self.channel = channel
         self.inputs = inputs
         self.submission = submission
+        self.member = member
         self.files: JobFiles = local.files(workload.project, workload.name)
         self.stopping = threading.Event()
         self._offsets: dict[Path, int] = {}
@@ -108,7 +115,21 @@ class NodeSession:
             if phase == Phase.SUSPENDED:
                 self.local.resume(project, name, self.workload.max_cost_usd)
                 return
-        self.local.launch(self.workload)
+        if not self.member:
+            self.local.launch(self.workload)
+            return
+        # A gang member: every epoch and run is a later attempt than this node holds, so its trainer resumes
+        # from the state folder here (from the checkpoint every rank holds: nodus.runtimes.distributed).
+        deadline = time.monotonic() + MEMBER_START_S
+        while True:
+            held = self.local.spec_of(project, name).attempt if self.local.exists(project, name) else 0
+            try:
+                self.local.launch(self.workload.with_changes(attempt=max(self.workload.attempt, held + 1)))
+                return
+            except TemporaryError:  # the last epoch's supervisor is still closing down
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(1.0)
 
     def follow(self) -> int:
         """Write the job's reports until its supervisor has recorded an end; the exit status."""
@@ -230,7 +251,9 @@ def main(environ: MutableMapping[str, str] | None = None, out: TextIO | None = N
         placement = gang.placement_from_json(environ[gang.PLACEMENT_VARIABLE])
         cwd = environ.get(PROJECT_VARIABLE)
         base = Decimal(environ.get(gang.COST_VARIABLE) or "0")
-        return run_gang(workload, environ[gang.SUBMISSION_VARIABLE], placement, out, cwd, jobs_root, base)
+        return run_gang(
+            workload, environ[gang.SUBMISSION_VARIABLE], placement, out, cwd, jobs_root, base, run=run, environ=environ
+        )
     project = None
     if environ.get(PROJECT_VARIABLE):
         project = Project.find(Path(environ[PROJECT_VARIABLE]))
@@ -255,6 +278,7 @@ def main(environ: MutableMapping[str, str] | None = None, out: TextIO | None = N
         channel=channel,
         inputs=inputs,
         submission=environ.pop(gang.SUBMISSION_VARIABLE, ""),
+        member=environ.pop(MEMBER_VARIABLE, None) is not None,
     )
     signal.signal(signal.SIGTERM, lambda number, frame: session.stopping.set())
     try:

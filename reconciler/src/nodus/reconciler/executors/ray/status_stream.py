@@ -71,7 +71,7 @@ def parse(text: str, *, complete: bool = False) -> Stream:
         _take(stream, line, trainer)
     if last:
         if complete and not last.startswith(MARK):
-            trainer.append(_unescape(last))
+            trainer.append(unescape(last))
         elif not complete:
             stream.pending = last
     stream.trainer = "".join(f"{line}\n" for line in trainer)
@@ -80,18 +80,27 @@ def parse(text: str, *, complete: bool = False) -> Stream:
     return stream
 
 
-def _take(stream: Stream, line: str, trainer: list[str]) -> None:
+def read_marker(line: str) -> tuple[str, dict[str, Any]] | None:
+    """(kind, record) of a marker line (without its newline); None for a trainer's line. A torn marker (its
+    session died writing it) is read as a marker of no record: `("", {})`."""
     found = _MARKER.fullmatch(line)
     if found is None or found["kind"] not in KINDS:
-        trainer.append(_unescape(line))
-        return
+        return None
     try:
         record = json.loads(found["body"])
     except ValueError:
-        return  # a marker the session wrote cannot be malformed but when torn and followed on: drop it
-    if not isinstance(record, dict):
+        return "", {}  # a marker the session wrote cannot be malformed but when torn and followed on: drop it
+    return (found["kind"], record) if isinstance(record, dict) else ("", {})
+
+
+def _take(stream: Stream, line: str, trainer: list[str]) -> None:
+    found = read_marker(line)
+    if found is None:
+        trainer.append(unescape(line))
         return
-    kind = found["kind"]
+    kind, record = found
+    if not kind:
+        return
     if kind == "status":
         stream.status = record
     elif kind == "event":
@@ -105,5 +114,6 @@ def _take(stream: Stream, line: str, trainer: list[str]) -> None:
         stream.status = record
 
 
-def _unescape(line: str) -> str:
+def unescape(line: str) -> str:
+    """A trainer's line as it wrote it (`escape` undone)."""
     return line[1:] if _ESCAPED.match(line) else line
