@@ -17,13 +17,19 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import signal
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from nodus.reconciler.executors.local.job import signal_verified
+from nodus.reconciler.executors.ray import cluster, netns
 from nodus.testing.module_project import nodus
-from nodus.testing.ray_cluster import RayTestCluster
+from nodus.testing.ray_cluster import RayTestCluster, namespace_name
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -35,8 +41,9 @@ spec:
   runtime: nodus/sft
   model: {{uri: "{model}"}}
   data: {{volume: chats, path: chats.jsonl, format: JSONL, columns: {{prompt: question, completion: answer}}}}
-  parameters: {{steps: 8, learningRate: 1.0e-2, batchSize: 4, saveSteps: 8, lora: {{r: 8, alpha: 16}}}}
+  parameters: {{steps: {steps}, learningRate: 1.0e-2, batchSize: 4, saveSteps: {save}, lora: {{r: 8, alpha: 16}}}}
   resources: {{nodes: 2}}
+  recovery: {{maxAttempts: 1}}
 """
 REVERSE_WORDS = Path(__file__).resolve().parents[1] / "examples" / "quickstart" / "reverse_words.py"
 PROMPT = "Spell the word backwards inside <answer></answer>.\n\nWord: {word}"
@@ -55,6 +62,18 @@ def chats(count: int) -> str:
     return "".join(json.dumps(row) + "\n" for row in rows)
 
 
+def project_on(root: Path, dashboard_url: str, revision: str, steps: int, save: int) -> Path:
+    """An SFT project at `root` on the cluster at `dashboard_url`: a Volume `chats` to upload to, the job."""
+    (root / "volumes").mkdir(parents=True)
+    (root / "jobs").mkdir()
+    (root / "nodus.lock").write_text("lockfileVersion: 1\n")
+    (root / "nodus.yaml").write_text(f"executor: {{ray: {{address: {dashboard_url}, sharedFilesystem: true}}}}\n")
+    (root / "volumes" / "chats.yaml").write_text(VOLUME)
+    job = JOB.format(model=f"hf://nodus/tiny-qwen3@{revision}", steps=steps, save=save)
+    (root / "jobs" / "sft.yaml").write_text(job)
+    return root
+
+
 def test_an_sft_trainingjob_trains_data_parallel_on_two_ray_nodes(
     tmp_path: Path, tiny_model: tuple[str, str], ray_cluster: RayTestCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -62,15 +81,7 @@ def test_an_sft_trainingjob_trains_data_parallel_on_two_ray_nodes(
     monkeypatch.setenv("HF_HUB_CACHE", cache_folder)
     monkeypatch.delenv("NODUS_HOME", raising=False)
     monkeypatch.delenv("NODUS_STATE", raising=False)
-    project = tmp_path / "sft-gang"
-    (project / "volumes").mkdir(parents=True)
-    (project / "jobs").mkdir()
-    (project / "nodus.lock").write_text("lockfileVersion: 1\n")
-    (project / "nodus.yaml").write_text(
-        f"executor: {{ray: {{address: {ray_cluster.dashboard_url}, sharedFilesystem: true}}}}\n"
-    )
-    (project / "volumes" / "chats.yaml").write_text(VOLUME)
-    (project / "jobs" / "sft.yaml").write_text(JOB.format(model=f"hf://nodus/tiny-qwen3@{revision}"))
+    project = project_on(tmp_path / "sft-gang", ray_cluster.dashboard_url, revision, steps=8, save=8)
     (tmp_path / "chats.jsonl").write_text(chats(160))
     monkeypatch.setenv("RAY_AUTH_TOKEN", ray_cluster.token)
     monkeypatch.chdir(project)
@@ -106,3 +117,91 @@ def test_an_sft_trainingjob_trains_data_parallel_on_two_ray_nodes(
     attempts = status["gang"]["attempts"]
     assert sorted((a["rank"], a["phase"]) for a in attempts) == [(0, "Succeeded"), (1, "Succeeded")], attempts
     assert {a["node"] for a in attempts} and len({a["node"] for a in attempts}) == 2, attempts
+
+
+# --- a node lost mid-run ------------------------------------------------------------------------------------------
+
+STEP = re.compile(r"^\[rank 0\] .*step (\d+)/", re.MULTILINE)
+ASSEMBLED = re.compile(r"\[gang\] epoch (\d+) assembled: rank 0 on node (\w+) \(.*\), rank 1 on node (\w+) ")
+
+
+@pytest.fixture
+def three_workers(tmp_path: Path) -> Iterator[cluster.ClusterRecord]:
+    """A cluster of its own: a head and three one-CPU workers, so a lost rank has a spare node to go to."""
+    folder = tmp_path / "cluster"
+    folder.mkdir()
+    workers = cluster.worker_specs(3, ["fake-a", "fake-b", "fake-c"], 1)
+    record = cluster.up(folder, workers, namespace=namespace_name(folder))
+    try:
+        yield record
+    finally:
+        cluster.down(folder)
+
+
+def ray_log(record: cluster.ClusterRecord) -> str:
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(record.dashboard_url, headers={"Authorization": f"Bearer {record.token()}"})
+    runs = sorted(client.list_jobs(), key=lambda job: job.start_time or 0)
+    return client.get_job_logs(runs[-1].submission_id) if runs else ""
+
+
+def wait_for(record: cluster.ClusterRecord, pattern: re.Pattern[str], after: int = 0) -> tuple[re.Match[str], str]:
+    deadline = time.monotonic() + 300
+    while True:
+        text = ray_log(record)
+        found = pattern.search(text, after)
+        if found is not None:
+            return found, text
+        assert time.monotonic() < deadline, f"no {pattern.pattern!r} in the log:\n{text[-6000:]}"
+        time.sleep(1)
+
+
+def kill_node(record: cluster.ClusterRecord, node_prefix: str) -> None:
+    """SIGKILL every process of the worker whose Ray node id starts with `node_prefix` (what a lost machine loses)."""
+    (listed,) = [
+        n for n in cluster.dashboard_nodes(record.dashboard_url, record.token()) if n["node_id"].startswith(node_prefix)
+    ]
+    (node,) = [n for n in record.nodes if n.labels and n.labels.items() <= listed["labels"].items()]
+    for process in cluster.owned_processes([node]):
+        signal_verified(process.pid, process.start_ticks, signal.SIGKILL)
+
+
+def test_a_lost_node_restarts_the_trainingjob_gang_and_every_rank_starts_over_together(
+    tmp_path: Path, tiny_model: tuple[str, str], three_workers: cluster.ClusterRecord, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 1's node is killed after both ranks saved a checkpoint. The gang restarts at epoch 2 with rank 1 on the
+    spare node, which holds no checkpoint: rank 0 does not resume from its own alone (the two would train different
+    steps and wait for each other forever); both start over together and the run succeeds."""
+    record = three_workers
+    cache_folder, revision = tiny_model
+    monkeypatch.setenv("HF_HUB_CACHE", cache_folder)
+    monkeypatch.delenv("NODUS_HOME", raising=False)
+    monkeypatch.delenv("NODUS_STATE", raising=False)
+    monkeypatch.setenv("RAY_AUTH_TOKEN", record.token())
+    project = project_on(tmp_path / "sft-gang", record.dashboard_url, revision, steps=30, save=3)
+    (tmp_path / "chats.jsonl").write_text(chats(160))
+    monkeypatch.chdir(project)
+    with netns.entered(record.netns):
+        assert nodus("apply", "volumes", "--yes")[0] == 0
+        assert nodus("cp", str(tmp_path / "chats.jsonl"), "vol/chats:chats.jsonl")[0] == 0
+        code, output = nodus("apply", "-f", "volumes", "-f", "jobs", "--yes")
+        assert code == 0, output
+        first, _ = wait_for(record, ASSEMBLED)
+        while int(wait_for(record, STEP, first.end())[0].group(1)) < 5:  # checkpoint-3 saved on both nodes
+            time.sleep(1)
+        kill_node(record, first.group(3))
+        second, _ = wait_for(record, ASSEMBLED, first.end())
+        code, applied = nodus("apply", "-f", "volumes", "-f", "jobs", "--yes", "--wait", "--timeout", "8m")
+        _, logs = nodus("logs", "tj/sft-2-nodes")
+        _, stored = nodus("get", "tj", "sft-2-nodes", "-o", "json")
+        copied = nodus("cp", "tj/sft-2-nodes:outputs/results.json", str(tmp_path / "results.json"))
+    assert code == 0 and "TrainingJob/sft-2-nodes: Succeeded" in applied, applied + logs[-8000:]
+    assert second.group(1) == "2" and second.group(2) == first.group(2) and second.group(3) != first.group(3), logs
+    assert "[rank 0] " in logs and "all start over" in logs, logs[-8000:]
+    status = json.loads(stored)["status"]
+    assert (status["gang"]["epoch"], status["gang"]["restarts"]) == (2, 1), status["gang"]
+    # Trained all 30 steps in epoch 2 from the start, and learned.
+    assert copied[0] == 0, copied
+    held = json.loads((tmp_path / "results.json").read_text())["heldOut"]
+    assert held["after"]["heldOutLoss"] < held["before"]["heldOutLoss"], held

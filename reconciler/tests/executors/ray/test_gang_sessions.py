@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from nodus.errors import ConfigError
-from nodus.reconciler.executors.ray import gang, node_session, status_stream
+from nodus.reconciler.executors.ray import gang, session_variables, status_stream
 from nodus.reconciler.executors.ray.channel import INPUTS_VARIABLE, REGISTRY_VARIABLE
 from nodus.reconciler.executors.ray.gang_sessions import (
-    MEMBER_VARIABLE,
     SessionGang,
     member_jobs_root,
     member_workload,
@@ -39,7 +38,7 @@ def training(launcher: str = "Plain", kind: str = "TrainingJob") -> Workload:
 
 def session_gang(tmp_path: Path, launcher: str = "Plain") -> SessionGang:
     environ = {REGISTRY_VARIABLE: "127.0.0.1:5000/nodus", INPUTS_VARIABLE: "sha256:abc", "UNRELATED": "x"}
-    return SessionGang(training(launcher), environ, tmp_path / "node-jobs", node_session.LAUNCH, RUN)
+    return SessionGang(training(launcher), environ, tmp_path / "node-jobs", session_variables.LAUNCH, RUN)
 
 
 def test_only_trainingjobs_run_sessions_and_only_plain_or_torchrun(tmp_path: Path) -> None:
@@ -52,30 +51,34 @@ def test_only_trainingjobs_run_sessions_and_only_plain_or_torchrun(tmp_path: Pat
 def test_a_member_runs_a_node_session_of_one_node_with_its_rank_priced_at_nothing(tmp_path: Path) -> None:
     sessions = session_gang(tmp_path)
     env = gang.rank_env(sessions.workload, 1, IPS)
-    command, variables = sessions.member(1, env, epoch=1)
+    command, variables = sessions.member(1, "f2fafa59839f0011", env, epoch=1)
     assert command[1:] == ["-m", "nodus.reconciler.executors.ray.node_main"]
-    member = Workload.from_json(variables[node_session.WORKLOAD_VARIABLE])
+    member = Workload.from_json(variables[session_variables.WORKLOAD_VARIABLE])
     assert member.resources is not None and (member.resources.nodes, member.resources.launcher) == (1, "Plain")
     assert (member.price_per_hour_usd, member.max_cost_usd) == ("0", None)  # the coordinator bills the gang
     assert member.env["WORLD_SIZE"] == "2" and member.env["RANK"] == "1" and member.env["HF_HOME"] == "/cache"
-    assert variables[node_session.JOBS_VARIABLE] == str(tmp_path / "node-jobs" / ".gang-ranks" / "rank-1")
-    assert variables[gang.SUBMISSION_VARIABLE] == "" and variables[MEMBER_VARIABLE] == "1"  # rank 0 publishes
+    assert variables[session_variables.JOBS_VARIABLE] == str(
+        tmp_path / "node-jobs" / ".gang-ranks" / "rank-1-f2fafa59839f"
+    )
+    assert (
+        variables[gang.SUBMISSION_VARIABLE] == "" and variables[session_variables.MEMBER_VARIABLE] == "1"
+    )  # rank 0 publishes
     assert variables[REGISTRY_VARIABLE] == "127.0.0.1:5000/nodus" and variables[INPUTS_VARIABLE] == "sha256:abc"
     assert "UNRELATED" not in variables
-    _, first = sessions.member(0, gang.rank_env(sessions.workload, 0, IPS), epoch=1)
+    _, first = sessions.member(0, "846367e93495", gang.rank_env(sessions.workload, 0, IPS), epoch=1)
     assert (
-        first[node_session.JOBS_VARIABLE]
+        first[session_variables.JOBS_VARIABLE]
         == str(tmp_path / "node-jobs")
-        == str(member_jobs_root(tmp_path / "node-jobs", 0))
+        == str(member_jobs_root(tmp_path / "node-jobs", 0, "846367e93495"))
     )
     assert first[gang.SUBMISSION_VARIABLE] == RUN
 
 
 def test_a_resumed_run_resumes_its_members_only_in_its_first_epoch(tmp_path: Path) -> None:
-    sessions = SessionGang(training(), {}, tmp_path, node_session.RESUME, RUN)
+    sessions = SessionGang(training(), {}, tmp_path, session_variables.RESUME, RUN)
     env = gang.rank_env(sessions.workload, 0, IPS)
-    assert sessions.member(0, env, epoch=1)[1][node_session.RUN_VARIABLE] == node_session.RESUME
-    assert sessions.member(0, env, epoch=2)[1][node_session.RUN_VARIABLE] == node_session.LAUNCH
+    assert sessions.member(0, "n", env, epoch=1)[1][session_variables.RUN_VARIABLE] == session_variables.RESUME
+    assert sessions.member(0, "n", env, epoch=2)[1][session_variables.RUN_VARIABLE] == session_variables.LAUNCH
 
 
 def test_a_torchrun_runtime_runs_under_torchrun_with_the_gangs_rendezvous() -> None:
@@ -119,6 +122,16 @@ def test_rank_0s_markers_are_the_runs_and_the_others_are_dropped(tmp_path: Path)
     assert (merged["message"], merged["progress"], merged["costUSD"]) == ("Training, step 3", {"step": 3}, "0.10")
     assembling = sessions.merged({**report, "reason": "GangAssembling", "message": "assembling 2 nodes"})
     assert (assembling["reason"], assembling["message"]) == ("GangAssembling", "assembling 2 nodes")
+
+
+def test_rank_0_ending_first_leaves_the_run_running_until_the_gang_ends(tmp_path: Path) -> None:
+    # The controller takes an ended phase for the run's last status: the gang's attempts would stay Running.
+    sessions = session_gang(tmp_path)
+    done = {"phase": "Succeeded", "reason": "TrainerSucceeded", "summary": {"x": 1}}
+    sessions.lines(0, [marker("status", done)])
+    merged = sessions.merged({"phase": "Running", "message": "epoch 1: 2 ranks running", "costUSD": "0.10"})
+    assert (merged["phase"], merged["message"]) == ("Running", "rank 0 ended Succeeded; the gang is ending")
+    assert "reason" not in merged and merged["costUSD"] == "0.10"
 
 
 def test_the_final_status_is_rank_0s_under_the_gangs_fields(tmp_path: Path) -> None:

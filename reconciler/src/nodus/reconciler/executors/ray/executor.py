@@ -46,7 +46,7 @@ from ..local.job import locked, parse_usd, read_json, usd, write_json
 from ..local.outputs import copy_verified
 from ..protocol import ENDED_PHASES, Capabilities, Gradings, Observation, OutputFile, OutputManifest
 from ..workload import Workload
-from . import gang, node_session, status_stream
+from . import gang, session_variables, status_stream
 from .channel import INPUTS_VARIABLE, OutputsCache, RegistryChannel
 from .gang_sessions import runs_sessions
 from .jobs_client import RAY_PENDING, JobsClient, RayJob, Submission
@@ -167,7 +167,7 @@ class RayExecutor:
                     delay=5,
                     hint="cancel it before launching another generation",
                 )
-            self._submit(workload, wanted, node_session.LAUNCH)
+            self._submit(workload, wanted, session_variables.LAUNCH)
 
     def _submit(self, workload: Workload, key: RunKey, mode: str, cost_so_far: Decimal | None = None) -> None:
         project, name = workload.project, workload.name
@@ -186,8 +186,8 @@ class RayExecutor:
         self, workload: Workload, identifier: str, placement: Placement, mode: str, cost_so_far: Decimal | None
     ) -> Submission:
         env = {
-            node_session.WORKLOAD_VARIABLE: workload.to_json(),
-            node_session.RUN_VARIABLE: mode,
+            session_variables.WORKLOAD_VARIABLE: workload.to_json(),
+            session_variables.RUN_VARIABLE: mode,
             gang.SUBMISSION_VARIABLE: identifier,
         }
         # A Job's gang runs its own command on every member; a single node's session and a TrainingJob's members
@@ -202,9 +202,9 @@ class RayExecutor:
             if inputs is not None:
                 env[INPUTS_VARIABLE] = inputs
         if self.node_jobs is not None:
-            env[node_session.JOBS_VARIABLE] = self.node_jobs
+            env[session_variables.JOBS_VARIABLE] = self.node_jobs
         if self.node_project is not None:
-            env[node_session.PROJECT_VARIABLE] = self.node_project
+            env[session_variables.PROJECT_VARIABLE] = self.node_project
         if gang.is_gang(workload):
             # The coordinator reserves nothing (Ray runs it on the head); its members reserve the placement.
             env[gang.PLACEMENT_VARIABLE] = gang.placement_to_json(placement)
@@ -321,9 +321,9 @@ class RayExecutor:
             runs = self._runs(project, name)
             if runs and (runs[-1].key.generation, runs[-1].key.attempt) == (workload.generation, workload.attempt):
                 key = RunKey(workload.generation, workload.attempt, runs[-1].key.run + 1)
-                self._submit(workload, key, node_session.RESUME, cost)
+                self._submit(workload, key, session_variables.RESUME, cost)
             else:  # held back and suspended before it ever ran
-                self._submit(workload, RunKey(workload.generation, workload.attempt), node_session.LAUNCH)
+                self._submit(workload, RunKey(workload.generation, workload.attempt), session_variables.LAUNCH)
 
     def restart(self, project: str, name: str) -> None:
         """A lost run started again as attempt + 1 (on the node that has its state, it resumes from it)."""
@@ -332,7 +332,7 @@ class RayExecutor:
                 return
             workload = self.spec_of(project, name)
             restarted = workload.with_changes(attempt=workload.attempt + 1)
-            self._submit(restarted, RunKey(restarted.generation, restarted.attempt), node_session.LAUNCH)
+            self._submit(restarted, RunKey(restarted.generation, restarted.attempt), session_variables.LAUNCH)
 
     def abandon(self, project: str, name: str, reason: str, message: str) -> None:
         with locked(self._lock(project, name)):

@@ -331,7 +331,7 @@ class GangCoordinator:
             env = gang.rank_env(
                 self.workload, member.rank, ips, epoch=epoch, checkpoint_uri=checkpoint_uri, restore_uri=restore_uri
             )
-            command, variables = self.kind.member(member.rank, env, epoch)
+            command, variables = self.kind.member(member.rank, member.node, env, epoch)
             runs[member.actor.run.remote(command, variables, self.cwd)] = member
         end: EpochEnd | None = None
         alive = list(members)

@@ -18,7 +18,7 @@ lines are written `[rank N] ...`, like a Job gang's.
 
 Where each member keeps its job folder: rank 0 in the node jobs folder itself (on a shared filesystem the
 controller's host reads the run's outputs there, as for a single-node run), the others in a folder of their own
-below it (`.gang-ranks/rank-N`), so ranks that share a machine or a filesystem never share a job folder.
+below it (`.gang-ranks/rank-N-NODE`), so ranks that share a machine or a filesystem never share a job folder.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from nodus.errors import ConfigError
 from nodus.specs.status_names import Phase, Reason
 
 from ..local.single_node_launchers import torchrun_across_nodes
+from ..protocol import WAIT_PHASES
 from ..workload import Workload
-from . import gang, status_stream
+from . import gang, session_variables, status_stream
 from .launchers import launcher_of
 
 SESSION_KINDS: Final = frozenset({"TrainingJob"})
@@ -43,9 +44,7 @@ LAUNCHERS_ACROSS_NODES: Final = frozenset({"Plain", "Torchrun"})
 gang) and Torchrun (torchrun on every node, its rendezvous from the PET_* variables)."""
 RANKS_FOLDER: Final = ".gang-ranks"
 MEMBER_MODULE: Final = "nodus.reconciler.executors.ray.node_main"
-"""What a member runs: node_session.main, as every Ray job the executor submits does (`executor.py`)."""
-MEMBER_VARIABLE: Final = "NODUS_GANG_MEMBER"
-"""Set for a member's node session: it launches a later attempt than its node holds (a restarted epoch resumes)."""
+"""What a member runs: session_variables.main, as every Ray job the executor submits does (`executor.py`)."""
 GANG_OWNED: Final = frozenset({"topology", "gang", "costUSD", "maxCostUSD"})
 """Status fields the coordinator writes over rank 0's: the gang's shape and the whole gang's cost."""
 
@@ -54,8 +53,11 @@ def runs_sessions(workload: Workload) -> bool:
     return workload.key.kind in SESSION_KINDS
 
 
-def member_jobs_root(jobs_root: Path, rank: int) -> Path:
-    return jobs_root if rank == 0 else jobs_root / RANKS_FOLDER / f"rank-{rank}"
+def member_jobs_root(jobs_root: Path, rank: int, node: str) -> Path:
+    """Rank 0's: the node jobs folder itself; another rank's: a folder of its own and its node's, so that a rank
+    placed on another node after a loss starts in a folder of its own (its trainer then holds no checkpoint, and the
+    others start over with it) even where the nodes share a filesystem and the lost node's processes linger."""
+    return jobs_root if rank == 0 else jobs_root / RANKS_FOLDER / f"rank-{rank}-{node[:12] or 'node'}"
 
 
 def member_workload(workload: Workload, env: Mapping[str, str]) -> Workload:
@@ -99,20 +101,19 @@ class SessionGang:
             known = ", ".join(sorted(LAUNCHERS_ACROSS_NODES))
             raise ConfigError(f"launcher {launcher}: a TrainingJob of several nodes starts {known} runtimes")
 
-    def member(self, rank: int, env: Mapping[str, str], epoch: int) -> tuple[list[str], dict[str, str]]:
-        """(command, environment) of rank `rank` in `epoch`: a node session of `member_workload`; the first epoch
-        of a resumed run resumes the member's suspended job, every other one launches a later attempt."""
-        from . import node_session  # node_session imports the coordinator, which imports this module
-
+    def member(self, rank: int, node: str, env: Mapping[str, str], epoch: int) -> tuple[list[str], dict[str, str]]:
+        """(command, environment) of rank `rank` on the Ray node `node` in `epoch`: a node session of
+        `member_workload`; the first epoch of a resumed run resumes the member's suspended job, every other one
+        launches a later attempt."""
         self.finals.pop(rank, None)
-        variables = {key: self.environ[key] for key in node_session.PASSED_TO_MEMBERS if self.environ.get(key)}
+        variables = {key: self.environ[key] for key in session_variables.PASSED_TO_MEMBERS if self.environ.get(key)}
         variables.update(
             {
-                node_session.WORKLOAD_VARIABLE: member_workload(self.workload, env).to_json(),
-                node_session.RUN_VARIABLE: self.run_mode if epoch == 1 else node_session.LAUNCH,
-                node_session.JOBS_VARIABLE: str(member_jobs_root(self.jobs_root, rank)),
+                session_variables.WORKLOAD_VARIABLE: member_workload(self.workload, env).to_json(),
+                session_variables.RUN_VARIABLE: self.run_mode if epoch == 1 else session_variables.LAUNCH,
+                session_variables.JOBS_VARIABLE: str(member_jobs_root(self.jobs_root, rank, node)),
                 gang.SUBMISSION_VARIABLE: self.submission_id if rank == 0 else "",
-                MEMBER_VARIABLE: str(rank),
+                session_variables.MEMBER_VARIABLE: str(rank),
             }
         )
         return [sys.executable, "-m", MEMBER_MODULE], {**env, **variables}
@@ -152,6 +153,13 @@ class SessionGang:
             merged.update({k: report[k] for k in ("phase", "reason", "message") if k in report})
             if "reason" not in report:
                 merged.pop("reason", None)
+        elif merged.get("phase") in WAIT_PHASES:
+            # Rank 0's run ended, the gang not yet (the other ranks are ending, the attempts not yet recorded): an
+            # ended phase now would let the controller take this status for the run's last one, which the final
+            # status (`final`) is.
+            ended = merged.pop("phase")
+            merged.pop("reason", None)
+            merged.update(phase=Phase.RUNNING, message=f"rank 0 ended {ended}; the gang is ending")
         return merged
 
     def ended(self, rank: int, exit_status: int) -> tuple[str, str | None]:

@@ -54,7 +54,7 @@ class CommandGang:
     def check(self) -> None:
         check(self.workload)
 
-    def member(self, rank: int, env: Mapping[str, str], epoch: int) -> tuple[list[str], dict[str, str]]:
+    def member(self, rank: int, node: str, env: Mapping[str, str], epoch: int) -> tuple[list[str], dict[str, str]]:
         return member_command(self.workload, rank, env), {**self.workload.env, **env}
 
     def lines(self, rank: int, lines: list[str]) -> tuple[str, bool]:

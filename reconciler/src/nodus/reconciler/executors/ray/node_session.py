@@ -49,18 +49,18 @@ from ..local import LocalExecutor
 from ..local.job import TERMINAL, JobFiles, lock_held, read_json
 from ..workload import Workload
 from . import gang, status_stream
-from .channel import INPUTS_VARIABLE, INSECURE_VARIABLE, REGISTRY_VARIABLE, RegistryChannel, node_store
+from .channel import INPUTS_VARIABLE, REGISTRY_VARIABLE, RegistryChannel, node_store
 from .gang_coordinator import run_gang
-from .gang_sessions import MEMBER_VARIABLE
+from .session_variables import (
+    JOBS_VARIABLE,
+    LAUNCH,
+    MEMBER_VARIABLE,
+    PROJECT_VARIABLE,
+    RESUME,
+    RUN_VARIABLE,
+    WORKLOAD_VARIABLE,
+)
 
-WORKLOAD_VARIABLE: Final = "NODUS_WORKLOAD"
-RUN_VARIABLE: Final = "NODUS_RUN"
-JOBS_VARIABLE: Final = "NODUS_NODE_JOBS"
-PROJECT_VARIABLE: Final = "NODUS_NODE_PROJECT"
-LAUNCH: Final = "launch"
-RESUME: Final = "resume"
-PASSED_TO_MEMBERS: Final = (PROJECT_VARIABLE, REGISTRY_VARIABLE, INSECURE_VARIABLE, INPUTS_VARIABLE)
-"""What a TrainingJob gang's coordinator hands on to each member's session (`gang_sessions.member_run`)."""
 MEMBER_START_S: Final = 60.0
 """How long a member's session waits for the session of the epoch before to have let go of its job folder."""
 TICK_S: Final = 0.2

@@ -23,7 +23,7 @@ from ...secret_values import stored_secret, value
 from .channel import RegistryChannel
 from .executor import RayExecutor
 from .jobs_client import RayJobsClient
-from .node_session import JOBS_VARIABLE
+from .session_variables import JOBS_VARIABLE
 
 ADDRESS_VARIABLE: Final = "RAY_ADDRESS"
 TOKEN_VARIABLE: Final = "RAY_AUTH_TOKEN"
