@@ -157,6 +157,11 @@ def wait_for(record: cluster.ClusterRecord, pattern: re.Pattern[str], after: int
         time.sleep(1)
 
 
+def latest_step(record: cluster.ClusterRecord, after: int) -> int:
+    """The highest step rank 0 logged after `after` (0 before its first)."""
+    return max((int(found.group(1)) for found in STEP.finditer(ray_log(record), after)), default=0)
+
+
 def kill_node(record: cluster.ClusterRecord, node_prefix: str) -> None:
     """SIGKILL every process of the worker whose Ray node id starts with `node_prefix` (what a lost machine loses)."""
     (listed,) = [
@@ -179,7 +184,8 @@ def test_a_lost_node_restarts_the_trainingjob_gang_and_every_rank_starts_over_to
     monkeypatch.delenv("NODUS_HOME", raising=False)
     monkeypatch.delenv("NODUS_STATE", raising=False)
     monkeypatch.setenv("RAY_AUTH_TOKEN", record.token())
-    project = project_on(tmp_path / "sft-gang", record.dashboard_url, revision, steps=30, save=3)
+    # 60 steps of about a second: time to see step 5 in the log and kill the node well before the end.
+    project = project_on(tmp_path / "sft-gang", record.dashboard_url, revision, steps=60, save=3)
     (tmp_path / "chats.jsonl").write_text(chats(160))
     monkeypatch.chdir(project)
     with netns.entered(record.netns):
@@ -188,8 +194,10 @@ def test_a_lost_node_restarts_the_trainingjob_gang_and_every_rank_starts_over_to
         code, output = nodus("apply", "-f", "volumes", "-f", "jobs", "--yes")
         assert code == 0, output
         first, _ = wait_for(record, ASSEMBLED)
-        while int(wait_for(record, STEP, first.end())[0].group(1)) < 5:  # checkpoint-3 saved on both nodes
-            time.sleep(1)
+        deadline = time.monotonic() + 300
+        while latest_step(record, first.end()) < 5:  # checkpoint-3 saved on both nodes
+            assert time.monotonic() < deadline, ray_log(record)[-6000:]
+            time.sleep(0.5)
         kill_node(record, first.group(3))
         second, _ = wait_for(record, ASSEMBLED, first.end())
         code, applied = nodus("apply", "-f", "volumes", "-f", "jobs", "--yes", "--wait", "--timeout", "8m")
@@ -201,7 +209,7 @@ def test_a_lost_node_restarts_the_trainingjob_gang_and_every_rank_starts_over_to
     assert "[rank 0] " in logs and "all start over" in logs, logs[-8000:]
     status = json.loads(stored)["status"]
     assert (status["gang"]["epoch"], status["gang"]["restarts"]) == (2, 1), status["gang"]
-    # Trained all 30 steps in epoch 2 from the start, and learned.
+    # Trained all 60 steps in epoch 2 from the start, and learned.
     assert copied[0] == 0, copied
     held = json.loads((tmp_path / "results.json").read_text())["heldOut"]
     assert held["after"]["heldOutLoss"] < held["before"]["heldOutLoss"], held

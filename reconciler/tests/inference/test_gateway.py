@@ -24,6 +24,7 @@ from nodus.reconciler.inference.gateway.upstream import Upstreams
 from nodus.reconciler.inference.ids import REQUEST_ID_RE
 from nodus.reconciler.inference.keys import create_key
 from nodus.reconciler.inference.ledger import Ledger
+from nodus.reconciler.inference.upstream_keys import upstream_key
 from nodus.reconciler.state.sql import SqlStore
 from nodus.specs.status_names import Phase
 
@@ -75,7 +76,9 @@ class Harness:
 
 
 @pytest.fixture
-def gw(store: SqlStore, put_endpoint: PutEndpoint, fake: tuple[FakeUpstream, Path]) -> Iterator[Harness]:
+def gw(
+    store: SqlStore, put_endpoint: PutEndpoint, fake: tuple[FakeUpstream, Path], tmp_path: Path
+) -> Iterator[Harness]:
     upstream_fake, socket_path = fake
     upstream_fake.requests.clear()
     upstream = f"unix:{socket_path}"
@@ -87,6 +90,7 @@ def gw(store: SqlStore, put_endpoint: PutEndpoint, fake: tuple[FakeUpstream, Pat
         prices=price_table(),
         upstreams=Upstreams(),
         gateway_id=ledger.register_gateway("test", pid=__import__("os").getpid()),
+        keys_folder=tmp_path / "state",
     )
     secret = create_key(store, "app").secret
     with TestClient(gateway.app()) as client:
@@ -205,6 +209,16 @@ def test_an_unreachable_model_server_is_503_and_not_charged(gw: Harness, tmp_pat
     response = gw.post("/v1/chat/completions", chat("say 1", model="endpoint/gone"))
     assert "does not answer" in error_of(response, 503, "Unavailable")
     assert gw.receipt(response)["state"] == "Released"
+
+
+def test_a_model_server_on_another_machine_gets_the_endpoints_key(gw: Harness, tmp_path: Path) -> None:
+    # A Ray node's server takes the key its executor derived from the project's state folder; nobody else's does.
+    gw.put_endpoint("keyed", upstream=gw.upstream, status={"upstreamAuth": "Bearer"})
+    assert gw.post("/v1/chat/completions", chat("say 1", model="endpoint/keyed")).status_code == 200
+    expected = upstream_key(tmp_path / "state", "default", "keyed")
+    assert gw.fake.headers[-1]["authorization"] == f"Bearer {expected}"
+    assert gw.post("/v1/chat/completions", chat("say 1")).status_code == 200
+    assert "authorization" not in gw.fake.headers[-1]  # a local server on its Unix socket takes none
 
 
 def test_a_missing_usage_is_charged_at_the_hold(gw: Harness) -> None:

@@ -127,9 +127,11 @@ def test_bad_folders_fail_in_one_line_naming_flag_and_file(tmp_path: Path, spec:
         parse_adapter("just-a-path")
 
 
-def test_only_loopback_or_a_socket() -> None:
+def test_only_loopback_or_a_socket_unless_it_takes_a_key() -> None:
     with pytest.raises(ServingError, match=r"--host 0.0.0.0: the model server binds only a loopback address"):
         Listen(host="0.0.0.0", port=80)
+    # A Ray node's server, which the gateway on another machine calls with the endpoint's key.
+    assert Listen(host="10.0.0.7", port=80, keyed=True).url == "http://10.0.0.7:80"
     with pytest.raises(ServingError, match="give exactly one"):
         Listen()
     assert Listen(host="::1", port=9).url == "http://[::1]:9"

@@ -167,6 +167,8 @@ def _status(record: ResourceRecord, seen: ServiceObservation, served: Served | N
         status["message"] = seen.message
     if seen.address:
         status["upstream"] = seen.address
+    if seen.auth:  # the server is on another machine and takes the endpoint's key (executors/service.py)
+        status["upstreamAuth"] = seen.auth
     if served is not None:
         status.update(model=served.model_id, servedModel=served.served_name, weights=served.source)
     status["restarts"] = seen.restarts

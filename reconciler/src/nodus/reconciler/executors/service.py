@@ -9,7 +9,12 @@ What a service names, as a workload does: the command as written, with `{socket}
 host gives it to listen on (a folder of the host's, never a path the controller chose); the model by pinned URI or
 Volume revision, and adapters by the TrainingJob whose outputs hold them or by Volume revision, each resolved on the
 host (`{model}` and `{adapter:NAME}` in the command). Its observation says where it listens (`address`:
-`unix:/path/to.sock`), whether it is ready, and how often it was restarted.
+`unix:/path/to.sock`, or `http://IP:PORT` on a Ray node), whether it is ready, and how often it was restarted.
+
+A model server on another machine (the Ray executor's services) listens on that node's address, so it takes a key
+(`NODUS_SERVING_API_KEY`) that `nodus.reconciler.inference.upstream_keys` derives from the project's state folder;
+the gateway, on the project's host, derives the same one when the endpoint's status says its upstream wants one
+(`upstreamAuth: Bearer`). No key is in any status.
 """
 
 from __future__ import annotations
@@ -20,11 +25,15 @@ from typing import Any, Final, Literal, Protocol
 
 from pydantic import Field
 
-from .workload import ModelArtifact, VolumeRevision, WorkloadModel
+from .workload import ModelArtifact, Resources, VolumeRevision, WorkloadModel
 
 SOCKET_PLACEHOLDER: Final = "{socket}"
 MODEL_PLACEHOLDER: Final = "{model}"
 ADAPTER_PLACEHOLDER: Final = "{adapter:%s}"
+UDS_FLAG: Final = "--uds"
+SERVING_KEY_VARIABLE: Final = "NODUS_SERVING_API_KEY"
+"""Where nodus's model server (`nodus.runtimes.serving`) reads the key a client must send; `vllm serve` takes the
+same as `--api-key`."""
 
 
 class ServiceKey(WorkloadModel):
@@ -60,6 +69,9 @@ class Service(WorkloadModel):
     env: dict[str, str] = Field(default_factory=dict)
     model: ModelArtifact | None = None
     adapters: tuple[Adapter, ...] = ()
+    resources: Resources | None = None
+    """What its machine must have (GPU type and count, CPU, memory), where an executor places it (Ray); None: one
+    CPU there, or this machine."""
     ready_path: str = "/health"
     """An HTTP GET on the socket that answers 200 once it serves."""
     listen: str | None = None
@@ -77,6 +89,16 @@ class Service(WorkloadModel):
     def from_json(cls, text: str | bytes) -> Service:
         return cls.model_validate_json(text)
 
+    def on_tcp(self, host: str, port: int) -> Service:
+        """This service listening on `host:port` instead of the host's Unix socket (`--uds {socket}` in its
+        command becomes `--host HOST --port PORT`); ValueError for a command that takes no `--uds {socket}`."""
+        command = list(self.command)
+        for index, part in enumerate(command[:-1]):
+            if part == UDS_FLAG and command[index + 1] == SOCKET_PLACEHOLDER:
+                command[index : index + 2] = ["--host", host, "--port", str(port)]
+                return self.model_copy(update={"command": tuple(command), "listen": f"{host}:{port}"})
+        raise ValueError(f"{self.key.kind}/{self.key.name}: its command takes no {UDS_FLAG} {SOCKET_PLACEHOLDER}")
+
 
 @dataclass(frozen=True)
 class ServiceObservation:
@@ -85,7 +107,9 @@ class ServiceObservation:
     phase: str
     ready: bool = False
     address: str | None = None
-    """Where it listens: `unix:/path/to.sock`."""
+    """Where it listens: `unix:/path/to.sock`, or `http://IP:PORT` on another machine."""
+    auth: str | None = None
+    """`Bearer` when the server there takes the endpoint's `upstream_key`; None for a Unix socket."""
     message: str | None = None
     reason: str | None = None
     generation: int | None = None

@@ -10,7 +10,9 @@ An endpoint comes from its `InferenceEndpoint` record (`store.list("InferenceEnd
 - status, written by the InferenceEndpoint controller:
   - `phase`: `Running` once the model server answers and the gateway may forward to it (anything else, or
     `spec.state: Stopped`, makes the gateway answer 503 Unavailable);
-  - `upstream`: where the model server listens, `unix:/path/to.sock` or `http://127.0.0.1:PORT`;
+  - `upstream`: where the model server listens, `unix:/path/to.sock` or `http://HOST:PORT`;
+  - optional `upstreamAuth`: `Bearer` when that server takes the endpoint's key (a Ray node's: the gateway derives
+    the key from the project's key file, `executors.service.upstream_key`);
   - `servedModel`: the model name that server knows (`--name` of nodus's server, `--served-model-name` of
     `vllm serve`, or an adapter's name under `--lora-modules`); the gateway sends it as `model`;
   - `model`: the model id requests may name and `/v1/models` lists (default: `spec.model` when it is an id
@@ -68,6 +70,7 @@ class Endpoint:
     """`spec.state`: Running or Stopped."""
     phase: str = ""
     upstream: str | None = None
+    upstream_auth: str | None = None
     served_model: str | None = None
     price_model: str = ""
     max_model_len: int | None = None
@@ -124,6 +127,7 @@ def endpoint_of(record: ResourceRecord) -> Endpoint:
         desired_state=str(spec.get("state") or Phase.RUNNING),
         phase=str(status.get("phase") or ""),
         upstream=status.get("upstream") or None,
+        upstream_auth=status.get("upstreamAuth") or None,
         served_model=status.get("servedModel") or None,
         price_model=price_model if isinstance(price_model, str) and price_model else model,
         max_model_len=_optional_int(status.get("maxModelLen")),

@@ -50,7 +50,11 @@ def parser() -> argparse.ArgumentParser:
     where.add_argument(
         "--port", type=int, help="listen on this TCP port of --host (0: a free one, named in the ready line)"
     )
-    p.add_argument("--host", default="127.0.0.1", help="a loopback address (default 127.0.0.1)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help=f"a loopback address (default 127.0.0.1); another only with a key in {API_KEY_ENV}",
+    )
     p.add_argument("--max-model-len", type=int, help="the context window (default: the model config's)")
     p.add_argument("--max-batch-size", type=int, default=32, help="requests generated together (1: batching off)")
     p.add_argument(
@@ -61,7 +65,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def spec_of(args: argparse.Namespace) -> ServeSpec:
-    listen = Listen(uds=args.uds) if args.uds is not None else Listen(host=args.host, port=args.port)
+    keyed = bool(os.environ.get(API_KEY_ENV))
+    listen = Listen(uds=args.uds) if args.uds is not None else Listen(host=args.host, port=args.port, keyed=keyed)
     if args.max_batch_size < 1:
         raise ServingError(f"--max-batch-size {args.max_batch_size}: at least 1")
     if args.max_model_len is not None and args.max_model_len < 2:

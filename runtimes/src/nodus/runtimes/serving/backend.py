@@ -35,17 +35,19 @@ class AdapterSpec:
 
 @dataclass(frozen=True)
 class Listen:
-    """Where a server binds: a Unix socket, or a loopback host and TCP port. Never a public address: the gateway
-    is what listens outside."""
+    """Where a server binds: a Unix socket, or a loopback host and TCP port. Another address only for a server
+    that takes a key (`keyed`: a Ray node's model server, which the gateway on another machine calls with the
+    endpoint's key): the gateway is what listens outside, with keys, limits and holds."""
 
     uds: Path | None = None
     host: str = "127.0.0.1"
     port: int | None = None
+    keyed: bool = False
 
     def __post_init__(self) -> None:
         if (self.uds is None) == (self.port is None):
             raise ServingError("listen: give exactly one of a Unix socket (--uds) or a TCP port (--port)")
-        if self.uds is None:
+        if self.uds is None and not self.keyed:
             check_loopback(self.host)
 
     @property
@@ -70,8 +72,8 @@ def check_loopback(host: str) -> None:
         loopback = False
     if not loopback:
         raise ServingError(
-            f"--host {host}: the model server binds only a loopback address (127.0.0.1, ::1) or a Unix socket; "
-            "the gateway is what listens outside"
+            f"--host {host}: the model server binds only a loopback address (127.0.0.1, ::1) or a Unix socket, "
+            f"unless {API_KEY_ENV} gives it a key; the gateway is what listens outside"
         )
 
 

@@ -42,8 +42,10 @@ from nodus.specs.status_names import Phase, Reason
 
 from ...project import Project
 from ..local import LocalExecutor
+from ..local.executor import SERVICES_FOLDER
 from ..local.job import locked, parse_usd, read_json, usd, write_json
 from ..local.outputs import copy_verified
+from ..local.services import LocalServices
 from ..protocol import ENDED_PHASES, Capabilities, Gradings, Observation, OutputFile, OutputManifest
 from ..workload import Workload
 from . import gang, session_variables, status_stream
@@ -51,6 +53,7 @@ from .channel import INPUTS_VARIABLE, OutputsCache, RegistryChannel
 from .gang_sessions import runs_sessions
 from .jobs_client import RAY_PENDING, JobsClient, RayJob, Submission
 from .placement import Placement, Unschedulable, offered_types, place
+from .services import RayServices
 from .status_stream import Stream
 from .submission import RunKey, run_key, submission_id
 
@@ -137,12 +140,23 @@ class RayExecutor:
         self._outputs_cache = OutputsCache(jobs_root.parent / OUTPUTS_CACHE, insecure=insecure)
         self.owner = owner_id(jobs_root)
         self._capabilities: Capabilities | None = None
+        host_services = LocalServices(jobs_root.parent / SERVICES_FOLDER, jobs_root, project, python)
+        self.services = RayServices(
+            jobs,
+            self.owner,
+            host_services,
+            jobs_root.parent,
+            python=python,
+            node_jobs=node_jobs,
+            node_project=node_project,
+        )
+        """Model servers as Ray jobs; the gateway on this machine (`services.py`)."""
 
     @property
     def capabilities(self) -> Capabilities:
-        """Gangs (`gang.py`); the GPU types the cluster's alive nodes offer (read once)."""
+        """Gangs (`gang.py`); the GPU types the cluster's alive nodes offer (read once); services (`services.py`)."""
         if self._capabilities is None:
-            self._capabilities = Capabilities(gangs=True, gpu_types=offered_types(self.jobs.nodes()), services=False)
+            self._capabilities = Capabilities(gangs=True, gpu_types=offered_types(self.jobs.nodes()), services=True)
         return self._capabilities
 
     # --- launch ------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from pathlib import Path
 from nodus.errors import ConfigError, NodusError
 from nodus.reconciler.inference.gateway.server import GRACE_S, Listen, serve
 from nodus.reconciler.pricing.prices import load_prices
+from nodus.reconciler.project import Project
 from nodus.reconciler.state import open_store
 from nodus.reconciler.state.sql import SqlStore
 
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--port {args.port}: not a TCP port (0 to 65535)")
         prices = load_prices(project_root=args.project_root, prices_file=args.prices)
         store = open_store(args.state, project_state_dir=Path.cwd() / ".nodus")
+        keys_folder = Project.find(args.project_root).files.root if args.project_root is not None else None
     except NodusError as error:
         print(f"nodus gateway: {one_line(error)}", file=sys.stderr)
         return 2
@@ -61,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(store, SqlStore):
             print(f"nodus gateway: --state {store.url}: not a SQL state store", file=sys.stderr)
             return 2
-        return serve(store, prices, listen, directory_ttl_s=args.endpoints_ttl, grace_s=args.grace)
+        return serve(
+            store, prices, listen, directory_ttl_s=args.endpoints_ttl, grace_s=args.grace, keys_folder=keys_folder
+        )
     except NodusError as error:
         print(f"nodus gateway: {one_line(error)}", file=sys.stderr)
         return 2

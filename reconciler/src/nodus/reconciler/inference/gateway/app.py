@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
@@ -48,6 +49,7 @@ from nodus.reconciler.inference.ids import new_request_id
 from nodus.reconciler.inference.keys import ApiKey, find_key, secret_digest
 from nodus.reconciler.inference.ledger import Admission, Ledger, Replay, StoredAnswer, Usage
 from nodus.reconciler.inference.money import rates_for
+from nodus.reconciler.inference.upstream_keys import BEARER, upstream_key
 from nodus.reconciler.pricing.prices import PriceTable
 from nodus.reconciler.state.records import canonical
 
@@ -125,6 +127,8 @@ class Gateway:
     upstreams: Upstreams
     gateway_id: str
     max_body_bytes: int = MAX_BODY_BYTES
+    keys_folder: Path | None = None
+    """The project's state folder, whose key file gives the keys of model servers on other machines."""
 
     def __post_init__(self) -> None:
         self.streams: set[StreamRelay] = set()
@@ -132,6 +136,8 @@ class Gateway:
         self.writes = GroupCommit(self.ledger.store)
         self.keys: dict[str, tuple[float, ApiKey]] = {}
         """Keys recently seen, by the sha256 of their secret."""
+        self.upstream_keys: dict[tuple[str, str], str] = {}
+        """Model servers' keys, by endpoint (`upstream_headers`)."""
 
     # ---- the app
 
@@ -302,12 +308,24 @@ class Gateway:
             f"model: no endpoint of project {key.project} serves {model!r} (GET /v1/models lists what you can call)",
         )
 
+    def upstream_headers(self, endpoint: Endpoint) -> dict[str, str]:
+        """The endpoint's key for a model server that takes one (`upstreamAuth: Bearer`, on another machine)."""
+        if endpoint.upstream_auth != BEARER:
+            return {}
+        if self.keys_folder is None:
+            raise unavailable(f"endpoint {endpoint.name}: its model server takes a key and this gateway has no project")
+        where = (endpoint.project, endpoint.name)
+        key = self.upstream_keys.get(where)
+        if key is None:  # read once: the key file is made once and never changes
+            key = self.upstream_keys[where] = upstream_key(self.keys_folder, *where)
+        return {"Authorization": f"Bearer {key}"}
+
     async def context_window(self, endpoint: Endpoint) -> int | None:
         if endpoint.max_model_len is not None:
             return endpoint.max_model_len
         assert endpoint.upstream is not None  # a serving endpoint names one
         try:
-            models = await self.upstreams.models(endpoint.upstream)
+            models = await self.upstreams.models(endpoint.upstream, self.upstream_headers(endpoint))
         except UpstreamError as error:
             raise unavailable(f"endpoint {endpoint.name}: {error}") from None
         for entry in models:
@@ -395,7 +413,10 @@ class Gateway:
         assert endpoint.upstream is not None
         try:
             answer = await self.upstreams.post(
-                endpoint.upstream, prepared.upstream_path, prepared.upstream_body, {"X-Request-Id": request_id}
+                endpoint.upstream,
+                prepared.upstream_path,
+                prepared.upstream_body,
+                {"X-Request-Id": request_id, **self.upstream_headers(endpoint)},
             )
         except UpstreamError as error:
             await self.finish(request_id, self.ledger.release, str(error))
@@ -426,7 +447,10 @@ class Gateway:
         assert endpoint.upstream is not None
         try:
             upstream = await self.upstreams.open_stream(
-                endpoint.upstream, prepared.upstream_path, prepared.upstream_body, {"X-Request-Id": request_id}
+                endpoint.upstream,
+                prepared.upstream_path,
+                prepared.upstream_body,
+                {"X-Request-Id": request_id, **self.upstream_headers(endpoint)},
             )
         except UpstreamError as error:
             await self.finish(request_id, self.ledger.release, str(error))

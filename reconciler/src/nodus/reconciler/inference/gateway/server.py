@@ -212,6 +212,7 @@ def serve(
     directory_ttl_s: float = 1.0,
     grace_s: float = GRACE_S,
     every_s: float = HEARTBEAT_S,
+    keys_folder: Path | None = None,
 ) -> int:
     """Run a gateway process on `store` until a signal: the process's exit code. ConfigError (before anything
     is bound or recorded) for an address it cannot use."""
@@ -232,6 +233,7 @@ def serve(
             prices=prices,
             upstreams=Upstreams(),
             gateway_id=gateway_id,
+            keys_folder=keys_folder,
         )
         stopped_by = asyncio.run(run(gateway, listen, sock, grace_s=grace_s, every_s=every_s))
     finally:

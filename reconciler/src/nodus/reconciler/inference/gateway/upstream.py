@@ -138,13 +138,13 @@ class Upstreams:
         """The answer of a `stream: true` request, its body not yet read; the caller closes it."""
         return UpstreamStream(await self._send(address, "POST", path, body, headers))
 
-    async def models(self, address: str) -> list[dict[str, Any]]:
+    async def models(self, address: str, headers: dict[str, str] | None = None) -> list[dict[str, Any]]:
         """`/v1/models` of a model server (`data`), kept for a minute."""
         cached = self._models.get(address)
         now = time.monotonic()
         if cached is not None and now - cached[0] < MODELS_TTL_S:
             return cached[1]
-        response = await self._send(address, "GET", "/v1/models", None, {})
+        response = await self._send(address, "GET", "/v1/models", None, headers or {})
         try:
             answer = await _answer(response)
         finally:
