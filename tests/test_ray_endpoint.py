@@ -86,7 +86,7 @@ def test_an_endpoint_is_served_from_a_ray_node_behind_the_gateway_with_its_key(
             # ... and the gateway, which derives it, forwards a keyed client's request there.
             code, key = nodus("keys", "create", "app")
             assert code == 0, key
-            secret = key.strip().splitlines()[-1]
+            (secret,) = [line for line in key.split() if line.startswith("nds_")]  # printed once
             ok, reply = call(
                 f"http://127.0.0.1:{port}", "/v1/chat/completions", {"model": "endpoint/chat", **CHAT}, secret
             )
@@ -112,3 +112,8 @@ def test_an_endpoint_is_served_from_a_ray_node_behind_the_gateway_with_its_key(
         finally:
             code, output = nodus("delete", "ep/chat")
         assert code == 0, output
+    # The server on the node went with its Ray job: its supervisor was told to stop it before Ray ended the session.
+    node = json.loads((project / ".nodus/ray-node-jobs/.services/default/chat/status.json").read_text())
+    assert node["phase"] == "Stopped", node
+    cmdline = Path(f"/proc/{node['pid']}/cmdline")
+    assert not cmdline.exists() or b"nodus.runtimes.serving" not in cmdline.read_bytes(), node

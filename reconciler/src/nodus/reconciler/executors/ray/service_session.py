@@ -132,7 +132,6 @@ def main(environ: MutableMapping[str, str] | None = None, out: TextIO | None = N
         return 2
     service = Service.from_json(text)
     stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
     jobs_root = Path(environ.get(JOBS_VARIABLE) or Path.home() / ".nodus" / "node-jobs")
     failed = {"phase": Phase.FAILED, "reason": Reason.LAUNCH_FAILED, "ready": False}
     try:
@@ -143,6 +142,9 @@ def main(environ: MutableMapping[str, str] | None = None, out: TextIO | None = N
         why = exc.message if isinstance(exc, NodusError) else str(exc)
         out.write(status_stream.marker("final", {**failed, "message": why}))
         return 2
+    # After ray.init (node_address), which puts in a SIGTERM handler of its own that exits at once: Ray's stop must
+    # stop the server first, or its detached supervisor would keep it up with no Ray job left to say so.
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
     served = served.model_copy(update={"env": {**served.env, SERVING_KEY_VARIABLE: key}})
     services = LocalServices(jobs_root / SERVICES_FOLDER, jobs_root, project, sys.executable)
     out.write(f"nodus: serving {service.key.kind}/{service.key.name} on {served.listen}\n")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import time
 from pathlib import Path
 from typing import Final
 
@@ -41,6 +42,9 @@ SERVICE_VARIABLE: Final = "NODUS_SERVICE"
 PREFIX: Final = "nodus-svc"
 LOCKS_FOLDER: Final = "ray-services"
 LOG_LINES: Final = 40
+STOP_WAIT_S: Final = 30.0
+"""How long a stop waits for Ray to end the server's job (its session stops the server first)."""
+STOP_POLL_S: Final = 0.5
 HOST_SERVICE: Final = ("nodus", "gateway")
 """(project, name) of the host's own service, the gateway (`controllers/endpoint.py` GATEWAY): kept on this machine."""
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9-]")
@@ -150,9 +154,15 @@ class RayServices:
             return
         self.held.pop((project, name), None)
         starts = self._starts(project, name)
-        for _, job in starts:
-            if not job.ended:
-                self.jobs.stop(job.submission_id)  # its session stops the server, then ends (Ray's SIGTERM)
+        running = [job.submission_id for _, job in starts if not job.ended]
+        for identifier in running:
+            self.jobs.stop(identifier)  # its session stops the server, then ends (Ray's SIGTERM)
+        # Stopped means its process ended, as on one machine: wait for Ray to say so (a stop takes seconds).
+        deadline = time.monotonic() + STOP_WAIT_S
+        while running and time.monotonic() < deadline:
+            running = [one for one in running if not ((job := self.jobs.info(one)) is None or job.ended)]
+            if running:
+                time.sleep(STOP_POLL_S)
         if starts:  # a start that failed is tried again at the next launch, as after a stop on one machine
             write_json(self._notes(project, name), {"stopped": starts[-1][1].submission_id}, durable=True)
 
