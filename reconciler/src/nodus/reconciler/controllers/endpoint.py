@@ -32,6 +32,7 @@ from nodus.reconciler.controllers.volume import ensure_model
 from nodus.reconciler.endpoints.model_table import load_models
 from nodus.reconciler.endpoints.served import NotYet, Served, served_model
 from nodus.reconciler.executors.service import Service, ServiceHost, ServiceKey, ServiceObservation
+from nodus.reconciler.executors.workload import GpuResources, Resources
 from nodus.reconciler.inference.api import gateway_command
 from nodus.reconciler.project import Project
 from nodus.reconciler.state import STATE_FILE
@@ -74,6 +75,7 @@ def service_of(record: ResourceRecord, served: Served) -> Service:
         env={"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
         model=served.base,
         adapters=served.adapters,
+        resources=Resources(gpu=GpuResources(types=served.gpu[0], count=served.gpu[1])) if served.gpu else None,
     )
 
 

@@ -23,7 +23,9 @@ from nodus.specs.types import check_hf_uri
 
 TABLE_FILE: Final = "models.yaml"
 OPERATIONS: Final = ("ChatCompletions", "Completions", "Responses", "Messages", "Embeddings")
-FIELDS: Final = frozenset({"name", "uri", "volume", "repo", "context", "maxOutput", "operations", "aliases", "preview"})
+FIELDS: Final = frozenset(
+    {"name", "uri", "volume", "repo", "context", "maxOutput", "operations", "aliases", "preview", "gpu"}
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class ModelEntry:
     operations: tuple[str, ...] = OPERATIONS
     aliases: tuple[str, ...] = ()
     preview: bool = False
+    gpu: tuple[tuple[str, ...], int] | None = None
+    """(GPU types, any of which will do, in order; GPUs) its server needs where an executor places it (Ray)."""
 
     @property
     def family(self) -> str:
@@ -134,7 +138,25 @@ def _entry(model_id: str, raw: Any, path: Path) -> ModelEntry:
         operations=operations,
         aliases=tuple(str(alias) for alias in raw.get("aliases") or ()),
         preview=bool(raw.get("preview", False)),
+        gpu=_gpu(raw.get("gpu"), f"{where}.gpu"),
     )
+
+
+def _gpu(value: Any, where: str) -> tuple[tuple[str, ...], int] | None:
+    """`gpu: {type: [h100-sxm-80g, a100-80g], count: 1}` (a type alone may be a string; count defaults to 1)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - {"type", "count"} or not value.get("type"):
+        raise ConfigError(
+            f"{where}: type (a GPU type or a list, any of which will do) and count, e.g. {{type: [l4-24g]}}"
+        )
+    types = (value["type"],) if isinstance(value["type"], str) else tuple(value["type"])
+    if not all(isinstance(one, str) and one for one in types):
+        raise ConfigError(f"{where}.type: GPU type names such as h100-sxm-80g (got {value['type']!r})")
+    count = value.get("count", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ConfigError(f"{where}.count: a positive number of GPUs (got {count!r})")
+    return types, count
 
 
 def _positive(value: Any, where: str) -> int | None:

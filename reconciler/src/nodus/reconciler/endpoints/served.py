@@ -47,6 +47,8 @@ class Served:
     max_output: int | None = None
     source: str = ""
     """Where it came from, for the status (`TrainingJob/quickstart outputs/adapter over hf://...`)."""
+    gpu: tuple[tuple[str, ...], int] | None = None
+    """The GPU types (any of them) and count its server needs, from the model table; None: a CPU will do."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ def _catalog(entry: ModelEntry) -> Served:
         context=entry.context,
         max_output=entry.max_output,
         source=entry.uri or where,
+        gpu=entry.gpu,
     )
 
 
@@ -112,6 +115,7 @@ def _base(uri: str, table: ModelTable, base: ModelArtifact, *, served_name: str,
         context=entry.context if entry else None,
         max_output=entry.max_output if entry else None,
         source=source,
+        gpu=entry.gpu if entry else None,
     )
 
 
