@@ -336,11 +336,17 @@ def test_dpo_starts_from_the_sft_runs_export_and_its_provenance_names_both(model
         "  parameters: {steps: 10, learningRate: 1.0e-2, beta: 0.1, lora: {r: 8, alpha: 16}, saveSteps: 10}\n",
     )
     before, after = held_out(dpo, "heldOutPreferenceAccuracy")
+    held = dpo["heldOut"]
+    margin_before, margin_after = (float(held[when]["heldOutLogprobMargin"]) for when in ("before", "after"))
     print(
         f"\nchain: nodus/sft (full) held-out loss {sft_before:.3f} -> {sft_after:.3f}, exported as my-sft-model "
-        f"revision {revision}; nodus/dpo (LoRA) from it: held-out preference accuracy {before:.3f} -> {after:.3f}"
+        f"revision {revision}; nodus/dpo (LoRA) from it: held-out preference accuracy {before:.3f} -> {after:.3f}, "
+        f"log-prob margin {margin_before:.3f} -> {margin_after:.3f}"
     )
-    assert sft_after < sft_before and after > before
+    # The SFT model already ranks most of the 30 held-out pairs right (0.87 on one machine), so 10 DPO steps may
+    # leave the accuracy where it was; the margin between chosen and rejected, which DPO widens, must grow.
+    # (DPO learning from the base model: test_dpo_raises_the_held_out_preference_accuracy.)
+    assert sft_after < sft_before and after >= before and margin_after > margin_before
 
     provenance = output_json("dpo-from-sft", "provenance.json")
     started = provenance["model"]
