@@ -59,6 +59,7 @@ from .session_variables import (
     RESUME,
     RUN_VARIABLE,
     WORKLOAD_VARIABLE,
+    default_jobs_root,
 )
 
 MEMBER_START_S: Final = 60.0
@@ -69,10 +70,6 @@ UNTRACKED: Final = frozenset({"events", "heartbeatAt"})
 change (Ray says whether this process lives)."""
 LOST_AFTER_S: Final = 30.0
 """How long a supervisor may be gone, its job recorded as running, before this session gives up on it."""
-
-
-def default_jobs_root() -> Path:
-    return Path.home() / ".nodus" / "node-jobs"
 
 
 class NodeSession:

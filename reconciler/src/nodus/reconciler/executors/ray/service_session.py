@@ -41,7 +41,7 @@ from ..local.services import LocalServices
 from ..service import SERVING_KEY_VARIABLE, Service
 from . import status_stream
 from .services import SERVICE_VARIABLE
-from .session_variables import JOBS_VARIABLE, PROJECT_VARIABLE
+from .session_variables import JOBS_VARIABLE, PROJECT_VARIABLE, default_jobs_root
 
 TICK_S: Final = 0.5
 SERVICES_FOLDER: Final = ".services"
@@ -132,7 +132,7 @@ def main(environ: MutableMapping[str, str] | None = None, out: TextIO | None = N
         return 2
     service = Service.from_json(text)
     stopping = threading.Event()
-    jobs_root = Path(environ.get(JOBS_VARIABLE) or Path.home() / ".nodus" / "node-jobs")
+    jobs_root = Path(environ.get(JOBS_VARIABLE) or default_jobs_root())
     failed = {"phase": Phase.FAILED, "reason": Reason.LAUNCH_FAILED, "ready": False}
     try:
         project = Project.find(Path(environ[PROJECT_VARIABLE])) if environ.get(PROJECT_VARIABLE) else None

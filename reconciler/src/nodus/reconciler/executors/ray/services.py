@@ -36,6 +36,7 @@ from ..workload import Resources, Workload, WorkloadKey
 from . import session_variables, status_stream
 from .jobs_client import JobsClient, RayJob, Submission
 from .placement import Unschedulable, place
+from .submission import job_prefix
 
 SERVICE_MODULE: Final = "nodus.reconciler.executors.ray.service_main"
 SERVICE_VARIABLE: Final = "NODUS_SERVICE"
@@ -47,12 +48,12 @@ STOP_WAIT_S: Final = 30.0
 STOP_POLL_S: Final = 0.5
 HOST_SERVICE: Final = ("nodus", "gateway")
 """(project, name) of the host's own service, the gateway (`controllers/endpoint.py` GATEWAY): kept on this machine."""
-_UNSAFE: Final = re.compile(r"[^A-Za-z0-9-]")
 _TAIL: Final = re.compile(r"-g(?P<generation>[0-9]+)-s(?P<start>[0-9]+)$")
 
 
 def service_prefix(owner: str, project: str, name: str) -> str:
-    return "_".join((PREFIX, *(_UNSAFE.sub("-", part) for part in (owner, project, name))))
+    """What every submission id of the service starts with (as a job's, `submission.py`, under `nodus-svc`)."""
+    return job_prefix(owner, project, name, prefix=PREFIX)
 
 
 def start_of(prefix: str, identifier: str) -> tuple[int, int] | None:

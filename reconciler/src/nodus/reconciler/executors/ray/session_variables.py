@@ -7,6 +7,7 @@ Who uses it: `executor.py` (every Ray job it submits), `gang_sessions.py` (each 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Final
 
 from .channel import INPUTS_VARIABLE, INSECURE_VARIABLE, REGISTRY_VARIABLE
@@ -25,3 +26,8 @@ LAUNCH: Final = "launch"
 RESUME: Final = "resume"
 PASSED_TO_MEMBERS: Final = (PROJECT_VARIABLE, REGISTRY_VARIABLE, INSECURE_VARIABLE, INPUTS_VARIABLE)
 """What rank 0's session hands on to every member's: where the inputs come from."""
+
+
+def default_jobs_root() -> Path:
+    """The node's jobs folder where `NODUS_NODE_JOBS` names none."""
+    return Path.home() / ".nodus" / "node-jobs"

@@ -34,9 +34,9 @@ class RunKey:
     run: int = 0
 
 
-def job_prefix(owner: str, project: str, name: str) -> str:
-    """What every submission id of the job starts with."""
-    return f"{PREFIX}_{_safe(owner)}_{_safe(project)}_{_safe(name)}"
+def job_prefix(owner: str, project: str, name: str, prefix: str = PREFIX) -> str:
+    """What every submission id of the job starts with (`prefix`: another kind of submission, a service's)."""
+    return f"{prefix}_{_safe(owner)}_{_safe(project)}_{_safe(name)}"
 
 
 def submission_id(owner: str, project: str, name: str, key: RunKey) -> str:
