@@ -6,6 +6,7 @@ service host of its own."""
 from __future__ import annotations
 
 import io
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ def test_a_start_is_one_submission_found_again_by_its_id(ray_executor: RayExecut
     assert submission.env_vars[SERVING_KEY_VARIABLE] == upstream_key(tmp_path, "proj", "chat")
     assert (tmp_path / "upstream.key").stat().st_mode & 0o777 == 0o600
     assert submission.num_cpus == 1
+    assert services.local.python == sys.executable  # the gateway stays here, under this machine's interpreter
     seen = services.observe_service("proj", "chat")
     assert (seen.phase, seen.ready, seen.address) == (Phase.PENDING, False, None)
     assert seen.message == f"its Ray job {FIRST} is PENDING"

@@ -140,7 +140,8 @@ class RayExecutor:
         self._outputs_cache = OutputsCache(jobs_root.parent / OUTPUTS_CACHE, insecure=insecure)
         self.owner = owner_id(jobs_root)
         self._capabilities: Capabilities | None = None
-        host_services = LocalServices(jobs_root.parent / SERVICES_FOLDER, jobs_root, project, python)
+        # The gateway runs here, under this machine's interpreter: `python` is the nodes'.
+        host_services = LocalServices(jobs_root.parent / SERVICES_FOLDER, jobs_root, project)
         self.services = RayServices(
             jobs,
             self.owner,
