@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,10 +25,9 @@ from typing import Any
 
 import pytest
 
-from nodus.reconciler.executors.local.job import signal_verified
 from nodus.reconciler.executors.ray import cluster, netns
 from nodus.testing.module_project import nodus
-from nodus.testing.ray_cluster import RayTestCluster, namespace_name
+from nodus.testing.ray_cluster import GANG_OF_TWO_ASSEMBLED, RayTestCluster, kill_node, spare_worker_cluster
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -122,20 +120,14 @@ def test_an_sft_trainingjob_trains_data_parallel_on_two_ray_nodes(
 # --- a node lost mid-run ------------------------------------------------------------------------------------------
 
 STEP = re.compile(r"^\[rank 0\] .*step (\d+)/", re.MULTILINE)
-ASSEMBLED = re.compile(r"\[gang\] epoch (\d+) assembled: rank 0 on node (\w+) \(.*\), rank 1 on node (\w+) ")
+ASSEMBLED = GANG_OF_TWO_ASSEMBLED
 
 
 @pytest.fixture
 def three_workers(tmp_path: Path) -> Iterator[cluster.ClusterRecord]:
     """A cluster of its own: a head and three one-CPU workers, so a lost rank has a spare node to go to."""
-    folder = tmp_path / "cluster"
-    folder.mkdir()
-    workers = cluster.worker_specs(3, ["fake-a", "fake-b", "fake-c"], 1)
-    record = cluster.up(folder, workers, namespace=namespace_name(folder))
-    try:
+    with spare_worker_cluster(tmp_path / "cluster") as record:
         yield record
-    finally:
-        cluster.down(folder)
 
 
 def ray_log(record: cluster.ClusterRecord) -> str:
@@ -160,16 +152,6 @@ def wait_for(record: cluster.ClusterRecord, pattern: re.Pattern[str], after: int
 def latest_step(record: cluster.ClusterRecord, after: int) -> int:
     """The highest step rank 0 logged after `after` (0 before its first)."""
     return max((int(found.group(1)) for found in STEP.finditer(ray_log(record), after)), default=0)
-
-
-def kill_node(record: cluster.ClusterRecord, node_prefix: str) -> None:
-    """SIGKILL every process of the worker whose Ray node id starts with `node_prefix` (what a lost machine loses)."""
-    (listed,) = [
-        n for n in cluster.dashboard_nodes(record.dashboard_url, record.token()) if n["node_id"].startswith(node_prefix)
-    ]
-    (node,) = [n for n in record.nodes if n.labels and n.labels.items() <= listed["labels"].items()]
-    for process in cluster.owned_processes([node]):
-        signal_verified(process.pid, process.start_ticks, signal.SIGKILL)
 
 
 def test_a_lost_node_restarts_the_trainingjob_gang_and_every_rank_starts_over_together(

@@ -12,7 +12,6 @@ resuming from the latest committed step. Killing rank 1's node again spends the 
 from __future__ import annotations
 
 import re
-import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -22,12 +21,11 @@ from pathlib import Path
 import pytest
 
 from nodus.reconciler.controllers.attempts import attempts_of
-from nodus.reconciler.executors.local.job import signal_verified
 from nodus.reconciler.executors.ray import RayExecutor, cluster, netns
 from nodus.reconciler.executors.ray.jobs_client import RayJobsClient
 from nodus.reconciler.executors.workload import Resources, Workload, WorkloadKey
 from nodus.specs.status_names import Phase, Reason
-from nodus.testing.ray_cluster import namespace_name
+from nodus.testing.ray_cluster import GANG_OF_TWO_ASSEMBLED, kill_node, spare_worker_cluster
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -48,19 +46,13 @@ while step < 100000:
         (folder / "COMMITTED").touch()
         print(f"committed step {step}", flush=True)
 """
-ASSEMBLED = re.compile(r"\[gang\] epoch (\d+) assembled: rank 0 on node (\w+) \(.*\), rank 1 on node (\w+) ")
+ASSEMBLED = GANG_OF_TWO_ASSEMBLED
 
 
 @pytest.fixture
 def three_workers(tmp_path: Path) -> Iterator[cluster.ClusterRecord]:
-    folder = tmp_path / "cluster"
-    folder.mkdir()
-    workers = cluster.worker_specs(3, ["fake-a", "fake-b", "fake-c"], 1)
-    record = cluster.up(folder, workers, namespace=namespace_name(folder))
-    try:
+    with spare_worker_cluster(tmp_path / "cluster") as record:
         yield record
-    finally:
-        cluster.down(folder)
 
 
 def logs_until(
@@ -76,19 +68,6 @@ def logs_until(
             return found, text
         assert time.monotonic() < deadline, f"no {pattern!r} in the log:\n{text}"
         time.sleep(1)
-
-
-def kill_node_of(record: cluster.ClusterRecord, url: str, node_prefix: str) -> str:
-    """SIGKILL every process of the worker whose Ray node id starts with `node_prefix`; its role."""
-    (listed,) = [
-        node for node in cluster.dashboard_nodes(url, record.token()) if node["node_id"].startswith(node_prefix)
-    ]
-    matching = [node for node in record.nodes if node.labels and node.labels.items() <= listed["labels"].items()]
-    assert len(matching) == 1, (listed, record.nodes)
-    node = matching[0]
-    for process in cluster.owned_processes([node]):
-        signal_verified(process.pid, process.start_ticks, signal.SIGKILL)
-    return node.role
 
 
 def test_a_lost_member_restarts_the_gang_at_the_next_epoch_then_spent_restarts_fail_it(
@@ -108,7 +87,7 @@ def test_a_lost_member_restarts_the_gang_at_the_next_epoch_then_spent_restarts_f
         )
         first, _ = logs_until(executor, ASSEMBLED.pattern)
         logs_until(executor, r"^\[rank 0\] committed step 10$")
-        killed = kill_node_of(record, record.dashboard_url, first.group(3))
+        killed = kill_node(record, first.group(3))
 
         lost, _ = logs_until(executor, r"^\[gang\] epoch 1 stopped on every rank: rank 1 lost at epoch 1 .*$")
         second, _ = logs_until(executor, ASSEMBLED.pattern, after=lost.end())
@@ -119,7 +98,7 @@ def test_a_lost_member_restarts_the_gang_at_the_next_epoch_then_spent_restarts_f
         assert second.group(2) == first.group(2), text  # the survivor's machine is kept
         assert second.group(3) != first.group(3), text  # the lost rank got another one
         logs_until(executor, rf"^\[rank 0\] committed step {int(resumed.group(1)) + 5}$", after=resumed.end())
-        again = kill_node_of(record, record.dashboard_url, second.group(3))
+        again = kill_node(record, second.group(3))
 
         deadline = time.monotonic() + 180
         while not (seen := executor.observe("default", "phoenix")).ended:
