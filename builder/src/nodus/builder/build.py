@@ -29,12 +29,12 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
 from typing import Any, NoReturn
 
 from nodus.builder import base as base_image
-from nodus.builder.layers import Entry, tree_entries
+from nodus.builder.layers import Entry, Kind, tree_entries
 from nodus.builder.lockfile import Lock, LockEntry
 from nodus.builder.oci import (
     Image,
@@ -429,12 +429,14 @@ def _package_layers(
     if build.requirements.lines:
         # Environments with the same locked requirements (three catalog ones share Reasoning Gym's) share
         # the layer: it is made once per store, keyed by the lock's hash and where it goes.
-        key = sha256_digest(canonical_json([build.requirements.sha256, SITE_PACKAGES_PATH, EPOCH, build.builder]))
+        key = sha256_digest(
+            canonical_json([build.requirements.sha256, SITE_PACKAGES_PATH, EPOCH, build.builder, PRIVATE_LAYOUT])
+        )
         layer = store.cached_layer(key)
         if layer is None:
             site = scratch / "site-packages"
             install(build.requirements, site, scratch=scratch)
-            entries = tree_entries(site, prefix=SITE_PACKAGES_PATH, exclude=_no_bytecode)
+            entries = grader_private(tree_entries(site, prefix=SITE_PACKAGES_PATH, exclude=_no_bytecode))
             layer = add_layer(store.images, entries, epoch=EPOCH)
             store.record_layer(key, layer)
         layers.append(NewLayer(layer, "requirements (uv pip install --require-hashes)"))
@@ -444,6 +446,32 @@ def _package_layers(
             NewLayer(add_layer(store.images, entries, epoch=EPOCH), f"environment package {build.environment}")
         )
     return layers
+
+
+PRIVATE_LAYOUT = "grader-private-1"
+"""Names the ownership rule below in cache keys: a layer cached before it holds world-readable files."""
+
+
+def grader_private(entries: Mapping[str, Entry]) -> dict[str, Entry]:
+    """`entries` owned by the grader uid, folders 0700, files 0600 (0700 if runnable): only the grader reads them.
+
+    For what may hold answers besides the package (the requirements a pip package installs itself with, the
+    datasets cached under HF_HOME at freeze time, the task manifests): completion code runs as another uid."""
+    private: dict[str, Entry] = {}
+    for path, entry in entries.items():
+        if entry.kind is Kind.DIRECTORY:
+            mode = 0o700
+        elif entry.kind is Kind.FILE:
+            mode = 0o700 if entry.mode & 0o100 else 0o600
+        else:
+            mode = entry.mode
+        private[path] = replace(entry, mode=mode, uid=GRADER_UID, gid=GRADER_UID)
+    return private
+
+
+def _private_folder(path: str) -> dict[str, Entry]:
+    """The folder itself, so it is the grader's 0700 too (a parent the layer leaves out is made root's 0755)."""
+    return {path.strip("/"): Entry.directory(mode=0o700, uid=GRADER_UID, gid=GRADER_UID)}
 
 
 def _no_bytecode(relative: str) -> bool:
@@ -530,9 +558,8 @@ def _freeze(
     info, manifests = read_outputs(out, build.manifests)
     # Lock files are left by the datasets cache while loading; they are empty and never needed to read it.
     entries = tree_entries(data, prefix=DATA_PATH, owner=_grader_owner, exclude=lambda rel: rel.endswith(".lock"))
-    entries.pop(DATA_PATH.strip("/"), None)
     has_data = any(entry.kind.value == "file" for entry in entries.values())
-    return (entries if has_data else {}), manifests, info
+    return (grader_private({**entries, **_private_folder(DATA_PATH)}) if has_data else {}), manifests, info
 
 
 def _runner(options: BuildOptions) -> Runner:
@@ -549,7 +576,9 @@ def _grader_owner(path: str, host: os.stat_result) -> tuple[int, int]:
 
 def _manifest_entries(manifests: Mapping[str, bytes]) -> dict[str, Entry]:
     root = MANIFESTS_PATH.strip("/")
-    return {f"{root}/{key}.jsonl": Entry.file(data) for key, data in manifests.items()}
+    entries = {f"{root}/{key}.jsonl": Entry.file(data) for key, data in manifests.items()}
+    folders = {str(PurePosixPath(path).parent) for path in entries}
+    return grader_private({**entries, **{folder: Entry.directory() for folder in folders}, **_private_folder(root)})
 
 
 def _fixtures(spec_file: Path) -> Path | None:

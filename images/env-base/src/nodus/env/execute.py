@@ -23,21 +23,18 @@ import contextlib
 import json
 import os
 import resource
-import secrets
 import select
-import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
-from nodus.env import evidence
+from nodus.env import evidence, runner_view
 
 # Not `nobody`: the runner uid's processes are all killed after each run, so it must be nodus's own.
 DEFAULT_RUNNER_UID = 10002
@@ -125,6 +122,7 @@ def run_function(
     evidence.note(
         execution={
             "isolation": result.isolation,
+            "view": "private",  # always: a runner that cannot have its view does not run (RunnerUnavailableError)
             "status": result.status,
             "exitCode": result.exit_code,
             "durationMs": round(result.duration_s * 1000, 3),
@@ -134,97 +132,184 @@ def run_function(
 
 
 def launch(request: dict[str, Any], limits: Limits, uid: int | None) -> ExecutionResult:
-    """Start one runner (as `uid` when given), feed it the request, collect its result within the limits."""
-    # The working folder is made, entered and removed by the runner's own uid: the spawner keeps only the
-    # SETUID, SETGID and KILL capabilities, so it can neither chown a folder nor enter one it does not own.
-    workdir = os.path.join(tempfile.gettempdir(), f"nodus-run-{secrets.token_hex(8)}")
-    result_r, result_w = os.pipe()
+    """Start one runner (as `uid` when given) in its private view, feed it the request, collect its result.
+
+    The runner is forked by hand rather than by `subprocess`: entering the view takes two forks (the second
+    child is PID 1 of the runner's own PID namespace) and a failure on the way must come back as a reason,
+    not as a runner that ran somewhere weaker."""
     started = time.monotonic()
     python = _runner_python(uid)
     try:
-        proc = subprocess.Popen(
-            [python, "-I", "-S", "-c", RUNNER],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir},
-            pass_fds=(result_w,),
-            close_fds=True,
-            preexec_fn=_child_setup(limits, uid, workdir),
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        os.close(result_r)
-        os.close(result_w)
-        _remove_workdir(workdir, uid)
-        return ExecutionResult("killed", errors=[f"could not start the runner: {exc}"], isolation=_isolation(uid))
-    os.close(result_w)
+        view = runner_view.runner_view(python)
+    except runner_view.ViewUnavailableError as exc:
+        raise RunnerUnavailableError(str(exc)) from exc
+    stdin_r, stdin_w = os.pipe()
+    stdout_r, stdout_w = os.pipe()
+    stderr_r, stderr_w = os.pipe()
+    result_r, result_w = os.pipe()
+    error_r, error_w = os.pipe2(os.O_CLOEXEC)  # says why the view could not be entered; closed by exec
+    child_ends = (stdin_r, stdout_w, stderr_w, result_w, error_w)
     try:
-        return _collect(proc, {**request, "fd": result_w}, limits, result_r, started, uid)
+        pid = os.fork()
+    except OSError as exc:
+        for fd in (*child_ends, stdin_w, stdout_r, stderr_r, result_r, error_r):
+            os.close(fd)
+        return ExecutionResult("killed", errors=[f"could not start the runner: {exc}"], isolation=_isolation(uid))
+    if pid == 0:  # pragma: no cover - runs in the child
+        _child(view, limits, uid, (stdin_r, stdout_w, stderr_w, result_w), error_w)
+    for fd in child_ends:
+        os.close(fd)
+    proc = _Runner(pid, stdin_w, stdout_r, stderr_r)
+    try:
+        failure = _read_failure(error_r, started + limits.timeout_s)
+        if failure is not None:
+            os.close(stdin_w)
+            proc.wait()
+            raise RunnerUnavailableError(failure)
+        return _collect(proc, {**request, "fd": RESULT_FD}, limits, result_r, started, uid)
     finally:
         _kill_everything(proc, uid)
-        os.close(result_r)
-        _remove_workdir(workdir, uid)
+        for fd in (error_r, result_r, stdout_r, stderr_r):
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.close(stdin_w)
 
 
-def _remove_workdir(workdir: str, uid: int | None) -> None:
-    """Remove the runner's folder as the uid that owns it (a short-lived child when that is another uid)."""
-    if uid is None or uid == os.geteuid():
-        shutil.rmtree(workdir, ignore_errors=True)
-        return
-    child = os.fork()
-    if child == 0:
-        try:
+class RunnerUnavailableError(RuntimeError):
+    """The runner could not be started in its private view: the grading is an InfrastructureFailure."""
+
+
+RESULT_FD = 3
+
+
+@dataclass
+class _Runner:
+    """The first child of a runner start (it waits for PID 1 of the runner's namespace and exits as it does)."""
+
+    pid: int
+    stdin: int
+    stdout: int
+    stderr: int
+    returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
+            if deadline is None:
+                with contextlib.suppress(ChildProcessError):
+                    _, status = os.waitpid(self.pid, 0)
+                    self.returncode = os.waitstatus_to_exitcode(status)
+                break
+            time.sleep(0.002)
+        return self.returncode if self.returncode is not None else -signal.SIGKILL
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def _read_failure(error_r: int, deadline: float) -> str | None:
+    """What the child wrote on the error pipe before it exec'd (nothing: the runner started)."""
+    data = bytearray()
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return "the runner's view took longer than the run's time limit to build"
+        ready, _, _ = select.select([error_r], [], [], remaining)
+        if not ready:
+            continue
+        chunk = os.read(error_r, 4096)
+        if not chunk:
+            return data.decode(errors="replace") or None
+        data += chunk
+
+
+def _child(
+    view: runner_view.RunnerView, limits: Limits, uid: int | None, fds: tuple[int, int, int, int], error_w: int
+) -> NoReturn:  # pragma: no cover - runs in the forked child
+    """First child: limits, the runner uid, new namespaces; then fork PID 1, which enters the view and execs."""
+    try:
+        os.setsid()
+        _limit(limits, uid)
+        if uid is not None:
+            os.setgroups([])
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
-            shutil.rmtree(workdir, ignore_errors=True)
-        finally:
-            os._exit(0)
-    os.waitpid(child, 0)
+        runner_view.unshare(os.getuid(), os.getgid())
+        pid = os.fork()
+        if pid == 0:
+            runner_view.enter(view)
+            stdin_r, stdout_w, stderr_w, result_w = fds
+            for fd, number in ((stdin_r, 0), (stdout_w, 1), (stderr_w, 2), (result_w, RESULT_FD)):
+                os.dup2(fd, number, inheritable=True)
+            os.closerange(RESULT_FD + 1, error_w)
+            os.closerange(error_w + 1, 1 << 16)
+            os.execve(view.python, [view.python, "-I", "-S", "-c", RUNNER], RUNNER_ENVIRONMENT)
+        os.close(error_w)
+        os.closerange(0, 1 << 16)
+        _, status = os.waitpid(pid, 0)
+        _exit_as(status)
+    except BaseException as exc:
+        with contextlib.suppress(BaseException):
+            os.write(error_w, f"the runner's private view could not be built: {exc}".encode())
+        os._exit(127)
+
+
+RUNNER_ENVIRONMENT = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp"}
+"""The runner's whole environment: nothing of the grader's (its variables may name the answers' places)."""
+
+
+def _exit_as(status: int) -> NoReturn:  # pragma: no cover - runs in the forked child
+    """End with PID 1's status: the same exit code, or death by the same signal (the host names the signal)."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        signal.signal(number, signal.SIG_DFL)
+        os.kill(os.getpid(), number)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
 def _runner_python(uid: int | None) -> str:
-    """The interpreter for runners: NODUS_RUNNER_PYTHON, else one another uid can execute.
+    """The interpreter for runners: NODUS_RUNNER_PYTHON, else the system's python3, else our own.
 
-    The runner needs only the standard library. Our own interpreter may sit where another uid cannot
-    reach it (under /root), so a runner with its own uid prefers the system's python3.
-    """
+    The runner needs only the standard library, and its view binds exactly that interpreter's."""
     chosen = os.environ.get("NODUS_RUNNER_PYTHON")
     if chosen:
         return chosen
-    if uid is not None:
-        for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
-            if os.access(candidate, os.X_OK):
-                return candidate
-    return sys.executable
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return getattr(sys, "_base_executable", None) or sys.executable
 
 
 def _isolation(uid: int | None) -> str:
     return "uid" if uid is not None else "same-uid"
 
 
-def _child_setup(limits: Limits, uid: int | None, workdir: str) -> Any:
+def _limit(limits: Limits, uid: int | None) -> None:
+    """The runner's resource limits, set before the uid changes (RLIMIT_NPROC binds only non-root uids)."""
     cpu = max(1, int(limits.timeout_s) + 1)
-    memory = limits.memory_mb * 1024 * 1024
-
-    def setup() -> None:  # runs in the child between fork and exec
-        os.setsid()
-        _lower(resource.RLIMIT_CPU, cpu)
-        _lower(resource.RLIMIT_AS, memory)
-        _lower(resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT)
-        _lower(resource.RLIMIT_NOFILE, MAX_OPEN_FILES)
-        _lower(resource.RLIMIT_CORE, 0)
-        if uid is not None:
-            # RLIMIT_NPROC binds only non-root uids, so it is set for the runner uid, never for root.
-            _lower(resource.RLIMIT_NPROC, MAX_PROCESSES)
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-        elif os.geteuid() != 0:
-            _lower(resource.RLIMIT_NPROC, MAX_PROCESSES + _own_processes())
-        os.mkdir(workdir, 0o700)
-        os.chdir(workdir)
-
-    return setup
+    _lower(resource.RLIMIT_CPU, cpu)
+    _lower(resource.RLIMIT_AS, limits.memory_mb * 1024 * 1024)
+    _lower(resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT)
+    _lower(resource.RLIMIT_NOFILE, MAX_OPEN_FILES)
+    _lower(resource.RLIMIT_CORE, 0)
+    if uid is not None:
+        _lower(resource.RLIMIT_NPROC, MAX_PROCESSES)
+    elif os.geteuid() != 0:
+        _lower(resource.RLIMIT_NPROC, MAX_PROCESSES + _own_processes())
 
 
 def _lower(limit: int, value: int) -> None:
@@ -253,26 +338,11 @@ def _own_processes() -> int:
 
 
 def _collect(
-    proc: subprocess.Popen[bytes],
-    request: dict[str, Any],
-    limits: Limits,
-    result_r: int,
-    started: float,
-    uid: int | None,
+    proc: _Runner, request: dict[str, Any], limits: Limits, result_r: int, started: float, uid: int | None
 ) -> ExecutionResult:
-    assert proc.stdin is not None
-    assert proc.stdout is not None
-    assert proc.stderr is not None
-    try:
-        proc.stdin.write(json.dumps(request).encode())
-        proc.stdin.close()
-    except BrokenPipeError:
-        pass
-    buffers: dict[int, bytearray] = {
-        proc.stdout.fileno(): bytearray(),
-        proc.stderr.fileno(): bytearray(),
-        result_r: bytearray(),
-    }
+    _write_all(proc.stdin, json.dumps(request).encode(), started + limits.timeout_s)
+    os.close(proc.stdin)
+    buffers: dict[int, bytearray] = {proc.stdout: bytearray(), proc.stderr: bytearray(), result_r: bytearray()}
     open_fds = set(buffers)
     deadline = started + limits.timeout_s
     status: str | None = None
@@ -297,8 +367,8 @@ def _collect(
     if status:
         _kill_everything(proc, uid)
     exit_code = proc.wait()
-    out = buffers[proc.stdout.fileno()][: limits.output_limit].decode(errors="replace")
-    err = buffers[proc.stderr.fileno()][: limits.output_limit].decode(errors="replace")
+    out = buffers[proc.stdout][: limits.output_limit].decode(errors="replace")
+    err = buffers[proc.stderr][: limits.output_limit].decode(errors="replace")
     isolation = _isolation(uid)
     duration = time.monotonic() - started
 
@@ -316,6 +386,19 @@ def _collect(
         return finish("killed", [], [_signal_reason(exit_code) or "the runner gave no result"])
 
 
+def _write_all(fd: int, data: bytes, deadline: float) -> None:
+    """Feed the runner its request; a runner that stops reading (or died) only loses it."""
+    view = memoryview(data)
+    while view and time.monotonic() < deadline:
+        _, ready, _ = select.select([], [fd], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            continue
+        try:
+            view = view[os.write(fd, view[:65536]) :]
+        except (BrokenPipeError, BlockingIOError):
+            return
+
+
 def _signal_reason(exit_code: int | None) -> str | None:
     if exit_code is not None and exit_code < 0:
         name = signal.Signals(-exit_code).name
@@ -324,8 +407,11 @@ def _signal_reason(exit_code: int | None) -> str | None:
     return None
 
 
-def _kill_everything(proc: subprocess.Popen[bytes], uid: int | None) -> None:
-    """Kill the runner's process group, and as another uid every process of that uid (fork bombs, daemons)."""
+def _kill_everything(proc: _Runner, uid: int | None) -> None:
+    """Kill the runner's process group, and as another uid every process of that uid (fork bombs, daemons).
+
+    Killing the first child kills PID 1 of the runner's namespace (its parent-death signal), and with it
+    every process in that namespace."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     try:
@@ -422,18 +508,21 @@ def _serve(conn: socket.socket, runner_uid: int) -> None:
             return
         limits = Limits(**request.pop("limits"))
         try:
-            result = launch(request, limits, runner_uid)
+            _send(conn, asdict(launch(request, limits, runner_uid)))
+        except RunnerUnavailableError as exc:
+            _send(conn, {"unavailable": str(exc)})
         except Exception as exc:  # say why on stderr (the grader's log) and answer, rather than vanish
             traceback.print_exc(file=sys.stderr)
-            result = ExecutionResult("killed", errors=[f"the spawner failed: {type(exc).__name__}: {exc}"])
-        _send(conn, asdict(result))
+            _send(conn, {"unavailable": f"the spawner failed: {type(exc).__name__}: {exc}"})
 
 
 def _ask_spawner(conn: socket.socket, request: dict[str, Any], limits: Limits) -> ExecutionResult:
     _send(conn, {**request, "limits": asdict(limits)})
     reply = _receive(conn)
     if reply is None:
-        return ExecutionResult("killed", errors=["the spawner is gone"], isolation="uid")
+        raise RunnerUnavailableError("the spawner that starts runners is gone")
+    if "unavailable" in reply:
+        raise RunnerUnavailableError(str(reply["unavailable"]))
     return ExecutionResult(**reply)
 
 

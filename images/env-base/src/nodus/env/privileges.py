@@ -7,6 +7,7 @@ The grading service starts graders as root with only SETUID, SETGID and KILL cap
 
 from __future__ import annotations
 
+import importlib
 import os
 
 from nodus.env import execute
@@ -26,4 +27,7 @@ def drop_privileges(*, spawner: bool) -> str:
     os.setgroups([])
     os.setresgid(grader, grader, grader)
     os.setresuid(grader, grader, grader)
+    # Folders only the grader uid may read (the image's /opt/nodus/site-packages, 0700) were listed as empty
+    # while we were root without DAC rights: forget those listings, or nothing would import from them.
+    importlib.invalidate_caches()
     return "uid" if spawner else "none"

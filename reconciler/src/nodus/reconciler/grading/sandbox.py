@@ -15,8 +15,10 @@ and the tests, which check every flag. Two modes:
   stays PID 1 of the namespace, so orphans of completion code are reaped, and it waits for the grader.
   Building the view costs about 10 ms per start (13 ms against 3 ms for a bare `unshare`, measured here);
   copying the interpreter instead would cost 317 MB to 1 GB and 3-10 s for this host's pyenv build.
-  The rest of the host's file system stays visible to the grader uid as far as its permissions allow:
-  container mode is the stronger sandbox.
+  The rest of the host's file system stays visible to the grader uid as far as its permissions allow (the
+  grader is the Environment's own code); completion code never is: in both modes the grader's spawner runs it
+  in the runner's private view (`nodus.env.runner_view`: a root of its own holding only the interpreter and
+  its standard library, an empty /tmp, no /proc, its own PID and network namespaces).
 """
 
 from __future__ import annotations
