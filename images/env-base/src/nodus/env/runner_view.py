@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import stat
+import struct
 import subprocess
 from dataclasses import dataclass
 
@@ -64,9 +65,35 @@ ROOT_MOUNT = "/tmp"
 HIDDEN_IN_STDLIB = ("site-packages", "dist-packages")
 TMP_MB = 64
 
-# Asks the runner's interpreter where it keeps its standard library: `-I -S` gives exactly the path it uses
-# in the runner (no site folders, no user folder, no environment variables).
-_PROBE = "import json, sys; print(json.dumps({'executable': sys.executable, 'path': sys.path}))"
+# Asks the runner's interpreter where it keeps its standard library (`-I -S` gives exactly the path it uses in the
+# runner: no site folders, no user folder, no environment variables) and which shared libraries it maps once every
+# extension module of that library is loaded (dlopen'd, not imported: no module code runs). No `ldd` needed: images
+# made by hand hold none.
+_PROBE = """
+import json, os, sys
+try:
+    from ctypes import CDLL
+    def load(path):
+        CDLL(path, mode=os.RTLD_LAZY)
+except ImportError:  # no _ctypes here: import each module by name instead
+    import importlib
+    def load(path):
+        importlib.import_module(os.path.basename(path).split(".")[0])
+for folder in [p for p in sys.path if p and os.path.isdir(p)]:
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".so"):
+            try:
+                load(os.path.join(folder, name))
+            except Exception:
+                pass
+mapped = set()
+with open("/proc/self/maps") as maps:
+    for line in maps:
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].startswith("/"):
+            mapped.add(fields[5].rstrip("\\n"))
+print(json.dumps({"path": sys.path, "mapped": sorted(mapped)}))
+"""
 
 
 class ViewUnavailableError(RuntimeError):
@@ -103,27 +130,22 @@ _views: dict[str, RunnerView] = {}
 def runner_view(python: str) -> RunnerView:
     """The view of a runner that executes `python`: the one place that decides what completion code sees.
 
-    Computed once per interpreter and process: one run of the interpreter and one of `ldd`."""
+    Computed once per interpreter and process: one run of the interpreter."""
     python = os.path.realpath(python)
     known = _views.get(python)
     if known is not None:
         return known
     try:
         probe = subprocess.run(
-            [python, "-I", "-S", "-c", _PROBE], capture_output=True, text=True, timeout=30, check=True, env={}
+            [python, "-I", "-S", "-c", _PROBE], capture_output=True, text=True, timeout=60, check=True, env={}
         )
-        paths = [p for p in json.loads(probe.stdout)["path"] if p and os.path.exists(p)]
+        found = json.loads(probe.stdout)
+        paths, mapped = list(found["path"]), list(found["mapped"])
     except (OSError, subprocess.SubprocessError, ValueError, KeyError) as exc:
         raise ViewUnavailableError(f"cannot ask the runner interpreter {python} for its library: {exc}") from exc
-    stdlib = [os.path.realpath(p) for p in paths]
-    modules = [
-        os.path.join(folder, name)
-        for folder in stdlib
-        if os.path.isdir(folder)
-        for name in sorted(os.listdir(folder))
-        if name.endswith(".so")
-    ]
-    libraries = _linked_libraries([python, *modules])
+    stdlib = [os.path.realpath(p) for p in paths if p and os.path.exists(p)]
+    libraries = [path for path in mapped if os.path.isfile(path) and ".so" in os.path.basename(path)]
+    libraries += _loader(python) + _soname_links(libraries)
     extra = ["/etc/ld.so.cache"] if os.path.isfile("/etc/ld.so.cache") else []
     hidden = [os.path.join(folder, name) for folder in stdlib for name in HIDDEN_IN_STDLIB]
     links: dict[str, str] = {}
@@ -138,20 +160,40 @@ def runner_view(python: str) -> RunnerView:
     return view
 
 
-def _linked_libraries(binaries: list[str]) -> list[str]:
-    """Every library the loader maps for `binaries` (as `ldd` resolves them), the loader itself included."""
+def _loader(python: str) -> list[str]:
+    """The dynamic loader as the interpreter names it (its PT_INTERP path, often a link: `/lib64/ld-linux...`)."""
     try:
-        out = subprocess.run(["ldd", *binaries], capture_output=True, text=True, timeout=60, check=False).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise ViewUnavailableError(f"cannot list the libraries of the runner interpreter: {exc}") from exc
-    found: list[str] = []
-    for line in out.splitlines():
-        parts = line.split()
-        if "=>" in parts and len(parts) >= 3 and parts[2].startswith("/"):
-            found.append(parts[2])
-        elif parts and parts[0].startswith("/") and not parts[0].endswith(":"):  # the loader (ldd names files: )
-            found.append(parts[0])
-    return list(dict.fromkeys(found))
+        with open(python, "rb") as binary:
+            header = binary.read(64)
+            if header[:4] != b"\x7fELF" or header[4] != 2 or header[5] != 1:
+                return []  # only 64-bit little-endian ELF is read here; the loader's real file is mapped anyway
+            (phoff,) = struct.unpack_from("<Q", header, 32)
+            phentsize, phnum = struct.unpack_from("<HH", header, 54)
+            binary.seek(phoff)
+            table = binary.read(phentsize * phnum)
+            for index in range(phnum):
+                kind, _, offset, _, _, size = struct.unpack_from("<IIQQQQ", table, index * phentsize)
+                if kind == 3:  # PT_INTERP
+                    binary.seek(offset)
+                    return [binary.read(size).rstrip(b"\0").decode()]
+    except (OSError, struct.error, UnicodeDecodeError):
+        return []
+    return []
+
+
+def _soname_links(libraries: list[str]) -> list[str]:
+    """The links beside each library that point at it (`libz.so.1 -> libz.so.1.2.13`): the loader opens those."""
+    wanted = {os.path.realpath(path) for path in libraries}
+    links: list[str] = []
+    for folder in sorted({os.path.dirname(path) for path in libraries}):
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_symlink() and os.path.realpath(entry.path) in wanted:
+                links.append(entry.path)
+    return links
 
 
 # --- entering the view: runs in the forked child, between fork and exec ---------------------------------
