@@ -159,3 +159,24 @@ def test_failures_are_one_line_and_leave_nothing_behind(project: Path, tmp_path:
 
     code, output = nodus(project, "cp", f"tj/{NAME}:results.json", str(tmp_path))
     assert code == 1 and "is not KIND/NAME:outputs/PATH" in output
+
+
+def test_a_copy_never_writes_through_or_reads_a_link(project: Path, tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    into = tmp_path / "down"
+    into.mkdir()
+    (into / ".results.json.partial").symlink_to(victim)  # where a copy used to be written first
+    code, output = nodus(project, "cp", f"tj/{NAME}:outputs/results.json", str(into))
+    assert code == 0, output
+    assert victim.read_text() == "mine"
+    assert not (into / "results.json").is_symlink() and json.loads((into / "results.json").read_text()) == {"steps": 5}
+
+    # A folder of the outputs swapped for a link after they were recorded: never read, even with the same bytes.
+    files = JobFiles.of(project / ".nodus" / "jobs", "default", NAME)
+    twin = tmp_path / "twin"
+    (files.outputs / "adapter").rename(twin)
+    (files.outputs / "adapter").symlink_to(twin, target_is_directory=True)
+    code, output = nodus(project, "cp", "-r", f"tj/{NAME}:outputs/adapter", str(tmp_path / "mine"))
+    assert code == 1 and "outputs/adapter of TrainingJob/quickstart is a symbolic link" in output, output
+    assert not (tmp_path / "mine").exists()

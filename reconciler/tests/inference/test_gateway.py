@@ -19,10 +19,11 @@ from starlette.testclient import TestClient
 
 from nodus.reconciler.inference.endpoints import StoreDirectory
 from nodus.reconciler.inference.gateway.app import Gateway
+from nodus.reconciler.inference.gateway.body import MAX_JSON_DEPTH
 from nodus.reconciler.inference.gateway.bounds import PROMPT_OVERHEAD
 from nodus.reconciler.inference.gateway.upstream import Upstreams
 from nodus.reconciler.inference.ids import REQUEST_ID_RE
-from nodus.reconciler.inference.keys import create_key
+from nodus.reconciler.inference.keys import create_key, revoke_key
 from nodus.reconciler.inference.ledger import Ledger
 from nodus.reconciler.inference.upstream_keys import upstream_key
 from nodus.reconciler.state.sql import SqlStore
@@ -416,6 +417,95 @@ def test_receipts_are_read_by_keys_of_their_project_only(gw: Harness, store: Sql
     found = gw.get(f"/v1/requests/{response.headers['nodus-request-id']}", key=outsider)
     error_of(found, 404, "NotFound")
     error_of(gw.get("/v1/requests/ireq_00000000000000000000000000"), 404, "NotFound")
+
+
+def test_a_receipt_is_read_only_with_the_key_that_made_the_request(gw: Harness, store: SqlStore) -> None:
+    gw.put_endpoint("private", upstream=gw.upstream, allowedKeys=["app"])
+    request_id = gw.post("/v1/chat/completions", chat("say 1", model="endpoint/private")).headers["nodus-request-id"]
+    assert gw.get(f"/v1/requests/{request_id}").json()["keyName"] == "app"
+    assert gw.get(f"/endpoints/default/private/v1/requests/{request_id}").status_code == 200
+    nobody = "ireq_00000000000000000000000000"
+    missing = error_of(gw.get(f"/v1/requests/{nobody}"), 404, "NotFound")
+
+    def refused(path: str, key: str) -> None:
+        """The answer a receipt that does not exist gets, word for word but the id: ids cannot be probed."""
+        message = error_of(gw.get(path, key=key), 404, "NotFound")
+        assert message.replace(request_id, nobody) == missing
+
+    other = create_key(store, "other").secret  # the same project, a key the endpoint refuses
+    refused(f"/v1/requests/{request_id}", other)
+    refused(f"/endpoints/default/ep/v1/requests/{request_id}", gw.secret)  # not a request of that endpoint
+    revoke_key(store, "other")
+    again = create_key(store, "other").secret
+    refused(f"/v1/requests/{request_id}", again)
+    # A key given the name of a revoked key reads none of the revoked key's receipts.
+    mine = gw.post("/v1/chat/completions", chat("say 1"), key=again).headers["nodus-request-id"]
+    assert gw.get(f"/v1/requests/{mine}", key=again).status_code == 200
+    revoke_key(store, "app")
+    renamed = create_key(store, "app").secret
+    refused(f"/v1/requests/{request_id}", renamed)
+
+
+def test_authentication_and_allowed_keys_come_before_any_other_answer(gw: Harness, store: SqlStore) -> None:
+    other = create_key(store, "other").secret
+    gw.put_endpoint("pending", upstream=None, phase=Phase.PENDING, allowedKeys=["app"])
+    gw.put_endpoint("stopped", upstream=gw.upstream, state="Stopped", allowedKeys=["app"])
+    gw.put_endpoint("chat-only", upstream=gw.upstream, allowedKeys=["app"], status={"operations": ["ChatCompletions"]})
+    for name in ("pending", "stopped"):
+        response = gw.post("/v1/chat/completions", chat("say 1", model=f"endpoint/{name}"), key=other)
+        assert "(allowedKeys)" in error_of(response, 401, "Unauthorized"), name
+        # The key it takes gets the endpoint's own answer.
+        error_of(gw.post("/v1/chat/completions", chat("say 1", model=f"endpoint/{name}")), 503, "Unavailable")
+    embedding = {"model": "endpoint/chat-only", "input": "a"}
+    error_of(gw.post("/v1/embeddings", embedding, key=other), 401, "Unauthorized")
+    error_of(gw.post("/v1/embeddings", embedding), 400, "Unsupported")
+    invalid = chat("say 1", model="endpoint/pending", max_tokens=0)
+    error_of(gw.post("/v1/chat/completions", invalid, key=other), 401, "Unauthorized")
+    auth = {"Authorization": f"Bearer {other}", "Content-Type": "application/json"}
+    for body in (b"{not json", b"[" * 100_000, json.dumps(chat("x" * (1024 * 1024))).encode()):
+        response = gw.client.post("/endpoints/default/pending/v1/chat/completions", content=body, headers=auth)
+        error_of(response, 401, "Unauthorized")
+    # No key, or a key nobody has: 401 before the body is looked at, oversized or malformed (401 before 400).
+    error_of(gw.client.post("/v1/chat/completions", content=b"{not json"), 401, "Unauthorized")
+    wrong = {"Authorization": "Bearer nds_nope", "Content-Type": "application/json"}
+    error_of(gw.client.post("/v1/chat/completions", content=b"[" * 100_000, headers=wrong), 401, "Unauthorized")
+    huge = json.dumps(chat("x" * (1024 * 1024)))
+    error_of(gw.client.post("/v1/chat/completions", content=huge, headers=wrong), 401, "Unauthorized")
+    error_of(gw.client.post("/v1/messages/count_tokens", json={}, headers=wrong), 401, "Unauthorized")
+    # What a key may not call is not listed, nor reached through its path.
+    assert "endpoint/stopped" not in [entry["id"] for entry in gw.get("/v1/models", key=other).json()["data"]]
+    error_of(gw.get("/endpoints/default/chat-only/v1/models", key=other), 401, "Unauthorized")
+
+
+def test_a_body_nested_deeper_than_the_limit_is_400_before_it_is_parsed(gw: Harness) -> None:
+    auth = {"Authorization": f"Bearer {gw.secret}", "Content-Type": "application/json"}
+    for deep in (
+        b'{"model": "endpoint/ep", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b"[" * 100_000,  # not even closed
+        b'{"a": ' * 50_000 + b"1" + b"}" * 50_000,
+        b'{"model": "endpoint/ep", "x": ' + b"[" * (MAX_JSON_DEPTH) + b"]" * (MAX_JSON_DEPTH) + b"}",
+    ):
+        response = gw.client.post("/v1/chat/completions", content=deep, headers=auth)
+        assert f"deeper than {MAX_JSON_DEPTH}" in error_of(response, 400, "Invalid")
+    # At the limit it is only JSON; brackets inside strings are text, however many.
+    nested: Any = "[[[{{{" * 10_000 + '\\"]]]' * 10
+    for _ in range(MAX_JSON_DEPTH - 1):
+        nested = [nested]
+    body = {**chat("say 1", max_tokens=4), "metadata": {"deep": nested}}
+    assert json_depth(body) == MAX_JSON_DEPTH + 1  # ... is one level too many
+    error_of(gw.post("/v1/chat/completions", body), 400, "Invalid")
+    body["metadata"] = {"deep": nested[0]}
+    assert json_depth(body) == MAX_JSON_DEPTH
+    response = gw.post("/v1/chat/completions", body)
+    assert response.status_code == 200, response.text
+
+
+def json_depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max((json_depth(item) for item in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((json_depth(item) for item in value), default=0)
+    return 0
 
 
 # ---- the other routes

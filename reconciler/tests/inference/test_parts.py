@@ -4,6 +4,7 @@ tiny model's real tokenizer and chat template), what an endpoint record says, re
 from __future__ import annotations
 
 import json
+import random
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,9 @@ from typing import Any
 import pytest
 
 from nodus.reconciler.inference.endpoints import endpoint_of
+from nodus.reconciler.inference.errors import ErrorCode, InferenceError
 from nodus.reconciler.inference.gateway.app import same_model
+from nodus.reconciler.inference.gateway.body import MAX_JSON_DEPTH, nested_deeper_than, parse_json
 from nodus.reconciler.inference.gateway.bounds import (
     chat_input_bound,
     embedding_input_bound,
@@ -156,3 +159,67 @@ def test_money_rounds_holds_up_and_prints_as_the_specs_do() -> None:
     assert Rates(Decimal("0.000001"), Decimal(0)).cost_nanos(1, 0) == 1  # a thousandth of a nano-dollar rounds up
     assert usd_text(8400) == "0.0000084" and usd_text(0) == "0.00" and usd_text(5 * 10**9) == "5.00"
     assert usd_to_nanos(Decimal("50")) == 50 * 10**9
+
+
+def reference_depth(text: str) -> int:
+    """The nesting of arrays and objects in JSON text, character by character (brackets in strings are text)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for character in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (character == "\\", character != '"')
+        elif character == '"':
+            in_string = True
+        elif character in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif character in "]}":
+            depth -= 1
+    return deepest
+
+
+def test_a_body_deeper_than_the_limit_is_refused_before_it_is_parsed() -> None:
+    def body(inner: str) -> bytes:
+        return ('{"model": "m", "x": ' + inner + "}").encode()
+
+    at_limit = "[" * (MAX_JSON_DEPTH - 1) + "]" * (MAX_JSON_DEPTH - 1)
+    assert parse_json(body(at_limit))["x"] is not None
+    for refused in (
+        body("[" + at_limit + "]"),
+        b"[" * 1_000_000,
+        b"{" * 500_000,
+        body("[" * 70_000 + "1" + "]" * 69_000),  # unbalanced and deep
+        ('{"a": ' * 200 + "1" + "}" * 200).encode(),
+    ):
+        with pytest.raises(InferenceError, match=f"deeper than {MAX_JSON_DEPTH}") as caught:
+            parse_json(refused)
+        assert caught.value.code == ErrorCode.INVALID and caught.value.status == 400
+    # Brackets and escaped quotes inside strings are text, however many; UTF-16 is read as json reads it.
+    text = '"' + '[{\\"' * 5_000 + "\\\\ " + "[" * 100 + '"'
+    assert parse_json(body(f'[{text}, {{"k": {text}}}]'))["x"][1]["k"].startswith('[{"')
+    assert parse_json(body(at_limit).decode().encode("utf-16"))["model"] == "m"
+    # Malformed bodies shallower than the limit are still json's to describe.
+    with pytest.raises(InferenceError, match="not JSON"):
+        parse_json(body("[[[1]"))
+    seed = random.Random(7)
+    for _ in range(300):  # random arrays, objects and strings with brackets in them: as deep as json would go
+        deepest = seed.choice([MAX_JSON_DEPTH - 1, MAX_JSON_DEPTH, MAX_JSON_DEPTH + 1])
+        closers: list[str] = []
+        parts: list[str] = []
+        for _ in range(seed.randrange(50, 600)):
+            choice = seed.random()
+            if choice < 0.45 and len(closers) < deepest:
+                opened = seed.choice(["[", '{"k": '])
+                parts.append(opened)
+                closers.append("]" if opened == "[" else "}")
+            elif choice < 0.7 or not closers:
+                parts.append(seed.choice(['"[{"', '"\\\\"', '"\\"]}"', "1"]))
+            else:
+                parts.append(closers.pop())
+            if parts[-1] not in ("[", '{"k": ') and closers:
+                parts.append(", " if closers[-1] == "]" else "")  # keeps it JSON enough: depth is what counts
+        whole = "".join(parts) + "".join(reversed(closers))
+        assert nested_deeper_than(whole.encode(), MAX_JSON_DEPTH) == (reference_depth(whole) > MAX_JSON_DEPTH), whole
+        cut = whole[: seed.randrange(len(whole))]  # unbalanced: a deep one is never missed
+        if reference_depth(cut) > MAX_JSON_DEPTH:
+            assert nested_deeper_than(cut.encode(), MAX_JSON_DEPTH), cut

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import time
 from collections.abc import Mapping
@@ -148,8 +147,9 @@ def _is_volume(target: str) -> bool:
 
 
 def _volume_cp(source: str, destination: str, *, recursive: bool, namespace: str | None, path: Path | None) -> None:
-    """`nodus cp` into a Volume (an upload: its next revision) or out of it (verified against its manifest)."""
-    from nodus.reconciler.controllers.volume_files import inside_volume, stored_file, upload
+    """`nodus cp` into a Volume (an upload: its next revision) or out of it (verified against its manifest); a link
+    is never followed either way (`nodus.reconciler.controllers.volume_files`)."""
+    from nodus.reconciler.controllers.volume_files import download, inside_volume, local_files, upload
 
     project = Project.find(path)
     store = project.open_state()
@@ -157,23 +157,20 @@ def _volume_cp(source: str, destination: str, *, recursive: bool, namespace: str
         if _is_volume(destination):
             target, _, inner = destination.partition(":")
             key = ResourceKey("Volume", namespace or DEFAULT_PROJECT, target.split("/", 1)[1])
+            label = f"Volume/{key.name}"
+            base = inside_volume(inner, label) if inner else ""  # `vol/NAME:` is its top; `vol/NAME:/x` is refused
             local = Path(source)
-            if local.is_dir():
+            if local.is_dir() and not local.is_symlink():
                 if not recursive:
                     raise ConfigError(
                         f"{source} is a folder: pass -r to upload it", hint=f"nodus cp -r {source} {destination}"
                     )
-                base = inside_volume(inner, f"Volume/{key.name}") if inner.strip("/") else ""
-                files = [
-                    (item, "/".join(part for part in (base, item.relative_to(local).as_posix()) if part))
-                    for item in sorted(local.rglob("*"))
-                    if item.is_file()
-                ]
+                files = local_files(local, base, label)
             else:
-                relative = inner.strip("/")
-                if not relative or inner.endswith("/"):
-                    relative = "/".join(part for part in (relative, local.name) if part)
-                files = [(local, inside_volume(relative, f"Volume/{key.name}"))]
+                relative = base
+                if not inner or inner.endswith("/"):
+                    relative = "/".join(part for part in (base, local.name) if part)
+                files = [(local, inside_volume(relative, label))]
             revision, manifest = upload(project, store, key, files)
             size = sum(int(entry["size"]) for entry in manifest["files"].values())
             line(
@@ -183,14 +180,11 @@ def _volume_cp(source: str, destination: str, *, recursive: bool, namespace: str
             return
         target, _, inner = source.partition(":")
         key = ResourceKey("Volume", namespace or DEFAULT_PROJECT, target.split("/", 1)[1])
-        found = stored_file(project, store, key, inside_volume(inner, f"Volume/{key.name}"), None)
+        relative = inside_volume(inner, f"Volume/{key.name}")
         final = Path(destination)
         if destination.endswith(("/", os.sep)) or final.is_dir():
-            final = final / found.name
-        final.parent.mkdir(parents=True, exist_ok=True)
-        partial = final.with_name(f".{final.name}.partial")
-        shutil.copyfile(found, partial)
-        partial.replace(final)
+            final = final / PurePosixPath(relative).name
+        final = download(project, store, key, relative, final)
         line(f"{final} ({final.stat().st_size} bytes, verified against its sha256)")
     finally:
         store.close()

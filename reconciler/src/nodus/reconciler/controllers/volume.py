@@ -77,7 +77,13 @@ def commit_tree(target: Path, fill: Callable[[Path], dict[str, Any]]) -> JSONObj
     if partial.exists():
         make_writable(partial)
         shutil.rmtree(partial)
-    files = fill(partial)
+    try:
+        files = fill(partial)
+    except BaseException:  # refused or failed: no half-made revision is left beside the Volume's
+        if partial.exists() or partial.is_symlink():
+            make_writable(partial)
+            shutil.rmtree(partial, ignore_errors=True)
+        raise
     partial.mkdir(parents=True, exist_ok=True)
     manifest = {"files": files, "sizeBytes": sum(item["size"] for item in files.values())}
     (partial / MANIFEST).write_text(json.dumps(manifest, sort_keys=True, indent=2) + "\n", encoding="utf-8")
@@ -150,7 +156,8 @@ def _make_read_only(folder: Path) -> None:
     for current, _, names in os.walk(folder):
         for name in names:
             path = Path(current) / name
-            path.chmod(stat.S_IMODE(path.stat().st_mode) & ~0o222)
+            if not path.is_symlink():  # a link's target is never touched
+                path.chmod(stat.S_IMODE(path.stat().st_mode) & ~0o222)
     for current, dirs, _ in os.walk(folder, topdown=False):
         for name in dirs:
             path = Path(current) / name
@@ -159,8 +166,13 @@ def _make_read_only(folder: Path) -> None:
 
 
 def make_writable(folder: Path) -> None:
-    """Undo `_make_read_only` (an import is read-only), so the folder can be replaced or deleted."""
+    """Undo `_make_read_only` (an import is read-only), so the folder can be replaced or deleted. A symbolic link
+    in it is left alone: chmod would change the file it points to."""
+    if folder.is_symlink():
+        return
     for current, _dirs, names in os.walk(folder):
         Path(current).chmod(0o755)
         for name in names:
-            (Path(current) / name).chmod(0o644)
+            path = Path(current) / name
+            if not path.is_symlink():
+                path.chmod(0o644)

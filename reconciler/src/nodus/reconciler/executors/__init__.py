@@ -28,6 +28,7 @@ from .local.job import (
     file_sha256,
     locked,
 )
+from .local.outputs import copy_verified, open_regular, refuse_links_between, write_beside
 from .protocol import (
     Capabilities,
     Executor,
@@ -79,7 +80,11 @@ __all__ = [
     "Workload",
     "WorkloadKey",
     "choose_executor",
+    "copy_verified",
     "file_sha256",
     "locked",
+    "open_regular",
+    "refuse_links_between",
     "wait_for",
+    "write_beside",
 ]

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -239,6 +239,24 @@ def _rates(input_text: str, output_text: str) -> Rates | None:
     return Rates(Decimal(input_text), Decimal(output_text))
 
 
+def key_refusal(project: str, name: str, scopes: Sequence[str], endpoint: Endpoint | None) -> InferenceError | None:
+    """Why a live key (of `project`, named `name`, with `scopes`) may not call `endpoint`, or None when it may:
+    401 for a key of another project, without the invoke scope, or not among the endpoint's `allowedKeys`
+    (`endpoint` None: the scope alone). The gateway asks before it answers anything else (a phase, a limit, a
+    body's mistakes); `admit` asks again inside its transaction."""
+    if endpoint is not None and project != endpoint.project:
+        return InferenceError(
+            ErrorCode.UNAUTHORIZED, f"the API key {name} belongs to project {project}, not {endpoint.project}"
+        )
+    if SCOPE_INVOKE not in scopes:
+        return InferenceError(ErrorCode.UNAUTHORIZED, f"the API key {name} lacks the {SCOPE_INVOKE} scope")
+    if endpoint is not None and endpoint.allowed_keys and name not in endpoint.allowed_keys:
+        return InferenceError(
+            ErrorCode.UNAUTHORIZED, f"endpoint {endpoint.name} does not take the API key {name} (allowedKeys)"
+        )
+    return None
+
+
 class Ledger:
     """The ledger over one state store (SQLite or PostgreSQL); safe from many threads and processes at once."""
 
@@ -279,16 +297,9 @@ class Ledger:
         project, name, scopes, revoked_at = row
         if revoked_at is not None:
             raise InferenceError(ErrorCode.UNAUTHORIZED, f"the API key {name} is revoked")
-        if project != endpoint.project:
-            raise InferenceError(
-                ErrorCode.UNAUTHORIZED, f"the API key {name} belongs to project {project}, not {endpoint.project}"
-            )
-        if SCOPE_INVOKE not in str(scopes).split():
-            raise InferenceError(ErrorCode.UNAUTHORIZED, f"the API key {name} lacks the {SCOPE_INVOKE} scope")
-        if endpoint.allowed_keys and name not in endpoint.allowed_keys:
-            raise InferenceError(
-                ErrorCode.UNAUTHORIZED, f"endpoint {endpoint.name} does not take the API key {name} (allowedKeys)"
-            )
+        refusal = key_refusal(str(project), str(name), str(scopes).split(), endpoint)
+        if refusal is not None:
+            raise refusal
         return str(name)
 
     def _check_idempotency(self, request: Admission, key_name: str, now: float) -> Replay | None:

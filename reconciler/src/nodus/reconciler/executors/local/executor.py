@@ -73,7 +73,7 @@ from .job import (
     wait_gone,
     write_json,
 )
-from .outputs import copy_verified, inside, manifest, recorded, sources_in
+from .outputs import copy_verified, manifest, open_regular, recorded, sources_in
 from .resolve import resolve
 from .services import LocalServices
 
@@ -253,10 +253,11 @@ class LocalExecutor:
         wanted = manifest(files)
         if wanted is None or path not in wanted.files:
             raise ConfigError(f"job {project}/{name} has no output {('outputs/' + path)!r}")
-        source = files.outputs / inside(path, files.outputs_manifest)
-        if source.is_symlink() or not source.is_file():
-            raise ConfigError(f"outputs/{path} of job {project}/{name} is missing")
-        return source.open("rb")
+        source = sources_in(files, [(path, Path())], f"job {project}/{name}")[path]
+        try:
+            return open_regular(source)  # never through a link swapped in after the outputs were recorded
+        except OSError:
+            raise ConfigError(f"outputs/{path} of job {project}/{name} is missing") from None
 
     def copy_outputs(
         self,
@@ -276,7 +277,7 @@ class LocalExecutor:
         for relative, _ in copies:
             if relative not in wanted:
                 raise ConfigError(f"{label} has no output {('outputs/' + relative)!r}", hint="nothing was copied")
-        return copy_verified(sources_in(files, copies), copies, wanted, label, root=root)
+        return copy_verified(sources_in(files, copies, label), copies, wanted, label, root=root)
 
     def earlier_generations(self, project: str, name: str) -> list[int]:
         return self.files(project, name).earlier_generations()

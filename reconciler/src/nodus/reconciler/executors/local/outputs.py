@@ -6,8 +6,12 @@ from a registry), which `nodus cp` (`nodus.cli.jobs`), the SDK's
 supervisor writes `outputs.json` (`manifest_of`: a sha256 and size per regular file of outputs/) when the
 trainer succeeds; a copy is taken from the file beside its final place, checked against that sha256, and only
 when every file of the request checked are they renamed into place. A failure leaves nothing behind: no
-partial file, no folder this copy made. A link already at a final place is replaced, never written through,
-and no existing folder under the destination may be a link: a copy never writes outside the destination.
+partial file, no folder this copy made. A copy never follows a symbolic link: a source that is a link (or sits
+under a folder of outputs/ that is one) is refused, never read; each file is written first to a new file beside
+its final place, made exclusively under a fresh name (so a link planted there is never written through); a link
+already at a final place is replaced, never written through, and no existing folder under the destination may be
+a link: a copy never writes outside the destination. The same copy serves `nodus cp` out of a Volume
+(`nodus.reconciler.controllers.volume_files`), with its own words for what is copied.
 
     wanted = recorded(files)                       # None until the generation succeeded
     sources = {"results.json": files.outputs / "results.json"}
@@ -17,16 +21,20 @@ and no existing folder under the destination may be a link: a copy never writes 
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import json
-import shutil
-from collections.abc import Mapping, Sequence
+import os
+import secrets
+import stat
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, BinaryIO
 
 from nodus.errors import ConfigError
 
 from ..protocol import OutputFile, OutputManifest
-from .job import JobFiles, file_sha256
+from .job import JobFiles
 
 Recorded = Mapping[str, Mapping[str, Any]]
 """`path -> {"sha256", "size"}` of every output, as outputs.json records them."""
@@ -80,9 +88,69 @@ def inside(relative: str, manifest: Path) -> PurePosixPath:
     return path
 
 
-def sources_in(files: JobFiles, copies: Sequence[tuple[str, Path]]) -> dict[str, Path]:
-    """Where each output of `copies` is in the job folder (`inside` outputs/, or refused)."""
-    return {relative: files.outputs / inside(relative, files.outputs_manifest) for relative, _ in copies}
+def sources_in(files: JobFiles, copies: Sequence[tuple[str, Path]], label: str) -> dict[str, Path]:
+    """Where each output of `copies` is in the job folder (`inside` outputs/, or refused), none under a folder of
+    outputs/ that is a link (swapped in after the outputs were recorded: never read)."""
+    sources = {relative: files.outputs / inside(relative, files.outputs_manifest) for relative, _ in copies}
+    for source in sources.values():
+        refuse_links_between(files.outputs, source, lambda folder: f"outputs/{folder} of {label}")
+    return sources
+
+
+def refuse_links_between(base: Path, path: Path, named: Callable[[str], str]) -> None:
+    """ConfigError when a folder between `base` (not itself) and `path` is a symbolic link; `named(relative
+    path)` says what the folder is to the user."""
+    for parent in reversed(path.parents):
+        if parent == base or base not in parent.parents:
+            continue
+        if parent.is_symlink():
+            shown = named(parent.relative_to(base).as_posix())
+            raise ConfigError(f"{shown} is a symbolic link: it is never followed", hint="nothing was copied")
+
+
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """`path` opened for reading when it is a regular file, without following a link at its last part (the caller
+    checks the folders above it: `refuse_links_between`); OSError ELOOP for a link, EINVAL for anything else
+    that is not a regular file (a FIFO is not waited on: O_NONBLOCK)."""
+    fd = os.open(path, _READ)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def write_beside(final: Path, source: BinaryIO) -> tuple[Path, str]:
+    """Copy `source` into a new file beside `final` (`.NAME.XXXXXXXX.partial`, made with O_EXCL under a fresh
+    name: never an existing file, never through a link); (its path, the sha256 of what was written). The caller
+    renames it into place or removes it; on an error here it is removed already."""
+    for _ in range(16):
+        partial = final.with_name(f".{final.name}.{secrets.token_hex(4)}.partial")
+        try:
+            fd = os.open(partial, _CREATE, 0o666)
+        except FileExistsError:
+            continue
+        break
+    else:
+        raise OSError(errno.EEXIST, "no fresh name for a partial file", str(final.parent))
+    digest = hashlib.sha256()
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for chunk in iter(lambda: source.read(1 << 20), b""):
+                digest.update(chunk)
+                out.write(chunk)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise
+    return partial, digest.hexdigest()
 
 
 def copy_verified(
@@ -92,15 +160,21 @@ def copy_verified(
     label: str,
     *,
     root: Path | None = None,
+    named: Callable[[str], str] | None = None,
+    recorded_as: tuple[str, str] = ("recorded when it was collected", "the file changed after the run finished"),
 ) -> list[Path]:
     """Copy each `(output path, final path)` from `sources[output path]` (the job folder's file: `sources_in`; or a
     blob fetched from a registry); every copy is checked against its recorded sha256 before any is renamed into
     place. `root`: the destination given, under which no existing folder may be a link. ConfigError naming the
-    output and the path on any failure, with nothing left behind."""
+    output and the path on any failure, with nothing left behind. `named(path)` is how a message names a file
+    (`outputs/PATH of LABEL` by default); `recorded_as`: when its sha256 was taken, and what a mismatch means."""
+    name = named or (lambda relative: f"outputs/{relative} of {label}")
     for relative, final in copies:  # everything that can be checked before a byte is written
         source = sources[relative]
-        if source.is_symlink() or not source.is_file():
-            raise ConfigError(f"outputs/{relative} of {label} is missing", hint="nothing was copied")
+        if source.is_symlink():
+            raise ConfigError(f"{name(relative)} is a symbolic link: it is never followed", hint="nothing was copied")
+        if not source.is_file():
+            raise ConfigError(f"{name(relative)} is missing", hint="nothing was copied")
         if root is not None:
             _refuse_links_below(root, final)
     made: list[Path] = []
@@ -110,14 +184,13 @@ def copy_verified(
             source = sources[relative]
             made += _folders_for(final)
             if final.is_dir() and not final.is_symlink():
-                raise ConfigError(f"{final} is a folder: outputs/{relative} of {label} would replace it")
-            partial = final.with_name(f".{final.name}.partial")
+                raise ConfigError(f"{final} is a folder: {name(relative)} would replace it")
+            partial, digest = _copy_file(source, final, name(relative))
             partials.append((partial, final))
-            _copy_file(source, partial, relative, label)
-            if file_sha256(partial) != wanted[relative].get("sha256"):
+            if digest != wanted[relative].get("sha256"):
                 raise ConfigError(
-                    f"outputs/{relative} of {label} no longer matches the sha256 recorded when it was collected",
-                    hint="the file changed after the run finished; nothing was copied",
+                    f"{name(relative)} no longer matches the sha256 {recorded_as[0]}",
+                    hint=f"{recorded_as[1]}; nothing was copied",
                 )
         for partial, final in partials:
             partial.replace(final)
@@ -164,9 +237,14 @@ def _refuse_links_below(root: Path, final: Path) -> None:
             raise ConfigError(f"{parent} is a symbolic link: a copy under it could land outside {root}")
 
 
-def _copy_file(source: Path, partial: Path, relative: str, label: str) -> None:
+def _copy_file(source: Path, final: Path, shown: str) -> tuple[Path, str]:
+    """(partial file beside `final`, its sha256): `source` copied without following a link."""
     try:
-        shutil.copyfile(source, partial)
+        with open_regular(source) as reading:
+            return write_beside(final, reading)
     except OSError as exc:
-        where = exc.filename if exc.filename and str(exc.filename) != str(source) else partial.parent
-        raise ConfigError(f"cannot copy outputs/{relative} of {label} to {where}: {exc.strerror}") from None
+        if exc.errno == errno.ELOOP:
+            raise ConfigError(f"{shown} is a symbolic link: it is never followed", hint="nothing was copied") from None
+        if exc.filename is not None and str(exc.filename) == str(source):
+            raise ConfigError(f"cannot read {shown}: {exc.strerror}", hint="nothing was copied") from None
+        raise ConfigError(f"cannot copy {shown} to {final.parent}: {exc.strerror}") from None

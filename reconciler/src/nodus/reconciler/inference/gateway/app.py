@@ -1,13 +1,19 @@
 """The gateway's HTTP API: OpenAI's routes (and Anthropic's Messages) in front of the endpoints' model servers.
 
 Who uses it: the gateway process (`server.py`, on uvicorn) and the tests (Starlette's test client). Every request
-of a model route goes through one pipeline (`Gateway.handle`):
-  body (413 over 1 MiB) -> API key (401) -> JSON -> which endpoint (`model: "endpoint/NAME"`, a model id a Running
-  endpoint of the key's project serves, or the endpoint of `/endpoints/PROJECT/NAME/v1/...`; 404) -> is it
-  Running (503) -> the operation's checks and bounds (400) -> the ledger admits it and holds its maximum cost, or
-  refuses (401, 402, 409, 429), or returns the stored answer of an Idempotency-Key (`Idempotent-Replayed: true`)
-  -> forward to the model server -> settle what it used, right after the answer is sent (or release it: an
-  upstream failure is 502/503 `Unavailable`, not charged).
+of a model route goes through one pipeline (`Gateway.handle`), authentication and the key's rights first, before
+any other answer:
+  API key (401: none, unknown, revoked, without the invoke scope) -> the endpoint of `/endpoints/PROJECT/NAME/v1/...`
+  (401 another project's, 404) and whether it takes the key (401 `allowedKeys`) -> body (413 over 1 MiB) -> JSON
+  (400: not JSON, nested deeper than 64, a repeated key) -> on the shared base URL, which endpoint
+  (`model: "endpoint/NAME"`, or a model id an endpoint of the key's project serves, those that take the key first;
+  404) and whether it takes the key (401 `allowedKeys`) -> is it Running (503) -> the operation's checks and bounds
+  (400) -> the ledger admits it and holds its maximum cost, or refuses (401, 402, 409, 429), or returns the stored
+  answer of an Idempotency-Key (`Idempotent-Replayed: true`) -> forward to the model server -> settle what it used,
+  right after the answer is sent (or release it: an upstream failure is 502/503 `Unavailable`, not charged).
+The body is read before the key is looked up (one trip to the store for both), but what is wrong with it is said
+only after the key passed. A receipt is read only with the key that made its request; any other key gets the
+404 a receipt nobody has gets (ids cannot be probed). `/v1/models` lists only what the key may call.
 Routes, on the shared base URL and under `/endpoints/{project}/{endpoint}`: `POST /v1/chat/completions`,
 `/v1/completions`, `/v1/responses`, `/v1/messages`, `/v1/embeddings`; `GET /v1/models`, `GET /v1/requests/{id}`
 (the receipt). `GET /health` answers 200 without a key. Every response carries `Nodus-Request-Id`; errors have
@@ -47,7 +53,7 @@ from nodus.reconciler.inference.gateway.relay import StreamEnd, StreamRelay
 from nodus.reconciler.inference.gateway.upstream import UpstreamAnswer, UpstreamError, Upstreams
 from nodus.reconciler.inference.ids import new_request_id
 from nodus.reconciler.inference.keys import ApiKey, find_key, secret_digest
-from nodus.reconciler.inference.ledger import Admission, Ledger, Replay, StoredAnswer, Usage
+from nodus.reconciler.inference.ledger import Admission, Ledger, Receipt, Replay, StoredAnswer, Usage, key_refusal
 from nodus.reconciler.inference.money import rates_for
 from nodus.reconciler.inference.upstream_keys import BEARER, upstream_key
 from nodus.reconciler.pricing.prices import PriceTable
@@ -194,6 +200,7 @@ class Gateway:
         return JSONResponse({"status": "ok", "gateway": self.gateway_id})
 
     async def count_tokens(self, request: Request) -> Response:
+        await self.key_of(request)  # 401 before anything else
         raise unsupported("Messages token counting is not available")
 
     async def key_of(self, request: Request) -> ApiKey:
@@ -208,8 +215,19 @@ class Gateway:
             raise InferenceError(ErrorCode.UNAUTHORIZED, "invalid API key")
         if key.revoked:
             raise InferenceError(ErrorCode.UNAUTHORIZED, f"the API key {key.name} is revoked")
+        refusal = key_refusal(key.project, key.name, key.scopes, None)
+        if refusal is not None:
+            raise refusal
         self.keys[secret_digest(secret)] = (time.monotonic(), key)
         return key
+
+    @staticmethod
+    def authorize(key: ApiKey, endpoint: Endpoint) -> None:
+        """401 unless the key may call the endpoint (its project's, `allowedKeys`): asked before anything else
+        about the endpoint is said (the ledger asks again when it admits)."""
+        refusal = key_refusal(key.project, key.name, key.scopes, endpoint)
+        if refusal is not None:
+            raise refusal
 
     def known_key(self, secret: str) -> ApiKey | None:
         found = self.keys.get(secret_digest(secret))
@@ -225,20 +243,28 @@ class Gateway:
         params: dict[str, Any],
         key: ApiKey | None = None,
     ) -> tuple[ApiKey, Endpoint]:
-        """The key, then the endpoint a request names. A malformed body is reported after the key is checked
-        (401 before 400)."""
+        """The key, then the endpoint a request names and whether it takes the key. What is wrong with the body
+        (413, 400) is said after the key is checked, and after the endpoint of an `/endpoints/...` path is: 401
+        before anything else."""
         key = key or self.check_key(secret)
+        pinned = self.pinned(params, key)
+        if pinned is not None:
+            self.authorize(key, pinned)
         if malformed is not None:
             raise malformed
-        return key, self.resolve(key, body, self.pinned(params, key))
+        endpoint = self.resolve(key, body, pinned)
+        self.authorize(key, endpoint)
+        return key, endpoint
 
     async def models(self, request: Request) -> Response:
         key = await self.key_of(request)
         pinned = await self.thread(self.pinned, dict(request.path_params), key)
+        if pinned is not None:
+            self.authorize(key, pinned)
         endpoints = [pinned] if pinned else await self.thread(self.directory.endpoints, key.project)
         data: dict[str, Payload] = {}
         for endpoint in endpoints:
-            if not endpoint.serving:
+            if not endpoint.serving or not self.may_call(key, endpoint):
                 continue
             operations = list(endpoint.operations or [operation.name for operation in OPERATIONS])
             entry = {"object": "model", "created": 0, "owned_by": endpoint.project, "operations": operations}
@@ -250,12 +276,27 @@ class Gateway:
         return JSONResponse({"object": "list", "data": [data[name] for name in sorted(data)]})
 
     async def receipt(self, request: Request) -> Response:
+        """A request's receipt, for the key that made the request only: any other key (of another project, or of
+        this one, or one given the name of the revoked key that made it) gets the very answer of a receipt that
+        does not exist, so request ids cannot be probed."""
         key = await self.key_of(request)
-        request_id = request.path_params["request_id"]
+        params = dict(request.path_params)
+        request_id = params.pop("request_id")
+        pinned = await self.thread(self.pinned, params, key)
         found = await self.thread(self.ledger.receipt, request_id)
-        if found is None or found.project != key.project:
+        if found is None or not self.made_by(found, key) or (pinned is not None and found.endpoint != pinned.name):
             raise InferenceError(ErrorCode.NOT_FOUND, f"request {request_id}: no receipt (receipts are kept 30 days)")
         return JSONResponse(found.to_json())
+
+    @staticmethod
+    def made_by(receipt: Receipt, key: ApiKey) -> bool:
+        """Whether `key` made the request: its project and name, and it existed when the request was admitted (a
+        key's name is free again once it is revoked, and a new key of that name did not make the old requests)."""
+        return receipt.project == key.project and receipt.key_name == key.name and receipt.admitted_at >= key.created_at
+
+    @staticmethod
+    def may_call(key: ApiKey, endpoint: Endpoint) -> bool:
+        return key_refusal(key.project, key.name, key.scopes, endpoint) is None
 
     # ---- the pipeline
 
@@ -300,9 +341,11 @@ class Gateway:
         candidates = [
             endpoint for endpoint in self.directory.endpoints(key.project) if same_model(model, endpoint.model)
         ]
-        serving = [endpoint for endpoint in candidates if endpoint.serving]
-        if serving or candidates:
-            return (serving or candidates)[0]
+        allowed = [endpoint for endpoint in candidates if self.may_call(key, endpoint)]
+        for chosen in (allowed, candidates):  # one that takes the key first, else 401 (`authorize`)
+            serving = [endpoint for endpoint in chosen if endpoint.serving]
+            if serving or chosen:
+                return (serving or chosen)[0]
         raise InferenceError(
             ErrorCode.NOT_FOUND,
             f"model: no endpoint of project {key.project} serves {model!r} (GET /v1/models lists what you can call)",
@@ -351,12 +394,11 @@ class Gateway:
 
     async def handle(self, request: Request, operation: Operation) -> Response | StreamRelay:
         request_id: str = request.state.request_id
-        raw = await read_body(request, self.max_body_bytes)
-        secret = api_key(request)
+        secret = api_key(request)  # 401 without one, before the body is read
         body: Payload = {}
-        malformed: InferenceError | None = None
+        malformed: InferenceError | None = None  # 413 or 400: said once the key passed (`identify`)
         try:
-            body = parse_json(raw)
+            body = parse_json(await read_body(request, self.max_body_bytes))
         except InferenceError as error:
             malformed = error
         params = dict(request.path_params)

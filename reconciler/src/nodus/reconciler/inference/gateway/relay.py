@@ -124,7 +124,7 @@ class StreamRelay:
                     break
                 try:
                     chunk = json.loads(data)
-                except ValueError:
+                except (ValueError, RecursionError):
                     continue  # not JSON: nothing a client of this route could read
                 if not isinstance(chunk, dict):
                     continue

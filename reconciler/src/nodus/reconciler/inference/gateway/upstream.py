@@ -76,7 +76,7 @@ async def _answer(response: aiohttp.ClientResponse) -> UpstreamAnswer:
         raise UpstreamError(f"the model server broke the answer ({error.__class__.__name__}: {error})") from None
     try:
         payload = json.loads(text) if text else None
-    except ValueError:
+    except (ValueError, RecursionError):  # a model server's answer nested past json's recursion too
         payload = None
     return UpstreamAnswer(response.status, payload, text)
 

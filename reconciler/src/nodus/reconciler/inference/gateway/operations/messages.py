@@ -20,6 +20,7 @@ from typing import Any
 from nodus.reconciler.inference.endpoints import Operation as OperationName
 from nodus.reconciler.inference.errors import invalid, unsupported
 from nodus.reconciler.inference.gateway import bounds
+from nodus.reconciler.inference.gateway.body import MAX_JSON_DEPTH, nested_deeper_than
 from nodus.reconciler.inference.gateway.operations.base import (
     Payload,
     Prepared,
@@ -175,6 +176,8 @@ def usage_json(usage: Usage) -> Payload:
 
 def tool_input(arguments: str) -> Any:
     try:
+        if nested_deeper_than(arguments.encode("utf-8", "surrogatepass"), MAX_JSON_DEPTH):
+            raise ValueError("nested too deep")  # json would recurse once per level
         parsed = json.loads(arguments) if arguments else {}
     except ValueError:
         return {"arguments": arguments}  # the model wrote arguments that are not JSON: keep them whole
