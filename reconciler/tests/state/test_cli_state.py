@@ -8,6 +8,7 @@ a truncated or bit-flipped one ended `nodus get` and `plan` in a sqlite3.Databas
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -73,8 +74,6 @@ def test_get_plan_and_apply_on_a_damaged_store_say_one_line_and_launch_nothing(p
 
 
 def test_a_store_from_a_newer_nodus_is_one_line_for_get_plan_and_apply(project: Path) -> None:
-    import sqlite3
-
     connection = sqlite3.connect(project / ".nodus" / "state.db", isolation_level=None)
     connection.execute("INSERT INTO schema_migrations (version, description, applied_at) VALUES (99, 'future', 0)")
     connection.close()
