@@ -5,7 +5,8 @@ PostgreSQL server binaries (Debian: `apt-get install postgresql`, which `.ci/run
 `postgres_cluster` starts one private cluster per pytest(-xdist) worker: initdb into a fresh temp folder, a
 server listening on a Unix socket in that folder only (no TCP at all), fsync off; each test gets a database of
 its own, and the server is stopped by pg_ctl at the end of the session. As root the cluster runs as the
-`postgres` system user (initdb refuses root). `run_processes` races real processes on one store.
+`postgres` system user (initdb refuses root). `run_processes` races real processes on one store. `damage` does
+to a SQLite store what a full disk, a bad copy or a flipped bit does.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -261,3 +263,40 @@ def raw_sql(store_url: str) -> Callable[[str], None]:
             connection.execute(statement)  # type: ignore[arg-type]
 
     return run
+
+
+DAMAGES = ("empty", "truncated", "bit-flipped", "not-sqlite")
+
+
+def damage(path: Path, how: str) -> bytes:
+    """Damage the SQLite store at `path` (closed) as `how` in DAMAGES says; the bytes it now holds.
+
+    Its WAL is checkpointed into it first and removed, so the file alone is the store (a copy of state.db).
+    `bit-flipped` flips one bit of the page-type byte of the resources table's root page, which SQLite notices;
+    `document` one bit of the first resource's stored spec (`{` -> `z`), which only parsing it notices."""
+    connection = sqlite3.connect(path, isolation_level=None)
+    try:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        root = connection.execute("SELECT rootpage FROM sqlite_master WHERE name = 'resources'").fetchone()[0]
+        page_size = connection.execute("PRAGMA page_size").fetchone()[0]
+        spec = connection.execute("SELECT spec FROM resources ORDER BY kind, project, name LIMIT 1").fetchone()
+    finally:
+        connection.close()
+    for suffix in ("-wal", "-shm"):  # empty after the checkpoint
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    data = bytearray(path.read_bytes())
+    if how == "empty":
+        data = bytearray()
+    elif how == "truncated":
+        data = data[: len(data) // 2]
+    elif how == "bit-flipped":
+        data[(root - 1) * page_size + (100 if root == 1 else 0)] ^= 0x01
+    elif how == "document":
+        at = bytes(data).index(spec[0].encode())
+        data[at] ^= 0x01
+    elif how == "not-sqlite":
+        data = bytearray(b"apiVersion: nodus.dev/v1\nkind: Volume\n" * 100)
+    else:
+        raise ValueError(how)
+    path.write_bytes(bytes(data))
+    return bytes(data)

@@ -69,6 +69,7 @@ from nodus.builder.plan import (
     plan,
     source_digest,
 )
+from nodus.builder.private import write_file
 from nodus.builder.requirements import install, lock, package_requirements
 from nodus.builder.sandbox import GRADER_UID, Mount, RunResult, failure_cause, run_script
 from nodus.builder.store import Store, file_lock
@@ -628,8 +629,7 @@ def _fail(build: BuildSpec, what: str, run: RunResult, *, store: Store, step: st
 
 def _save_log(store: Store, build: BuildSpec, step: str, text: str) -> Path:
     path = store.root / "logs" / f"{build.environment}-{build.version}-{step}.log"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    write_file(path, text.encode("utf-8"))  # 0600: what a failed grader printed may show its answers
     return path
 
 

@@ -28,6 +28,7 @@ from rich.table import Table
 
 from nodus.builder.build import BuildOptions, BuildResult, build_paths, ensure_base, find_environments
 from nodus.builder.lockfile import Lock
+from nodus.builder.private import write_file
 from nodus.builder.store import LOCK_NAME, Store, find_project
 from nodus.errors import ConfigError, NodusError
 from nodus.specs.parse import Parsed
@@ -181,8 +182,7 @@ def _publish(result: BuildResult, store: Store, *, push_to: str | None, sign: bo
             raise ConfigError(f"{result.name}: no provenance beside {result.image} to sign")
         bundle = signing.sign(provenance.statement_of(envelope))
         path = store.root / "provenance" / f"{result.image.removeprefix('sha256:')}.sigstore.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(bundle, encoding="utf-8")
+        write_file(path, bundle.encode("utf-8"))
         done["bundle"] = str(path)
     if push_to:
         from nodus.builder import registry

@@ -149,7 +149,8 @@ def init_layout(layout: Path) -> None:
         if version != LAYOUT_VERSION:
             raise BuildError(f"{layout} is an OCI layout of version {version!r}; nodus writes {LAYOUT_VERSION}")
         return
-    (layout / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+    for folder in (layout, layout / "blobs", layout / "blobs" / "sha256"):
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # its owner's (and root's, who runs podman) only
     _write_atomic(layout, marker, canonical_json({"imageLayoutVersion": LAYOUT_VERSION}))
 
 
@@ -367,11 +368,11 @@ def _write_atomic(layout: Path, target: Path, data: bytes) -> None:
 
 
 def _publish(handle: BinaryIO, temporary: Path, target: Path) -> None:
-    """Flush the temporary file to disk and rename it to `target`, readable by all (podman reads blobs)."""
+    """Flush the temporary file to disk and rename it to `target`. It stays 0600, as mkstemp made it: blobs hold
+    Environment packages with their answers, and podman reads them as their owner (or as root)."""
     handle.flush()
     os.fsync(handle.fileno())
     handle.close()
-    os.chmod(temporary, 0o644)
     os.replace(temporary, target)
 
 

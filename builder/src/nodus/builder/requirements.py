@@ -32,6 +32,7 @@ from pathlib import Path
 from nodus.builder import host_programs
 from nodus.builder.oci import canonical_json, sha256_digest
 from nodus.builder.plan import LockedRequirements, normalized_name
+from nodus.builder.private import write_file
 from nodus.builder.store import Store
 from nodus.errors import BuildError, ConfigError, PrerequisiteError
 
@@ -94,8 +95,7 @@ def lock(asked: Sequence[str], *, index: str | None, store: Store) -> LockedRequ
     if cached.is_file():
         return LockedRequirements.from_text(cached.read_text(encoding="utf-8"))
     locked = _compile(asked) if index is None else _compile_from_index(asked, index)
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    cached.write_text(locked.text(), encoding="utf-8")
+    write_file(cached, locked.text().encode())
     return locked
 
 

@@ -16,6 +16,9 @@ specs; else the current folder). Its state folder is `.nodus/` beside `nodus.loc
       work/                    scratch folders of builds in progress (removed when a build ends)
       .gitignore               `*`, written when nodus creates the folder: git ignores all of it
 
+The folder is its owner's alone (0700, `nodus.builder.private`): it holds the state store, and images with the
+answers of Environments. One an older nodus made open to others is narrowed when a command opens it.
+
 Expensive downloads that do not belong to one project (the Debian rootfs of the base image) are cached per
 user under `$XDG_CACHE_HOME/nodus` (`user_cache`).
 """
@@ -35,6 +38,7 @@ from typing import Any
 
 from nodus.builder.layers import Layer
 from nodus.builder.oci import blob_path, canonical_json, init_layout, sha256_digest
+from nodus.builder.private import FOLDER_MODE, make_folder, tighten, write_file
 from nodus.errors import BuildError
 
 LOCK_NAME = "nodus.lock"
@@ -86,20 +90,22 @@ class Store:
         return self.root / "cache"
 
     def ensure_root(self) -> None:
-        """Create the state folder if it is missing; a new one gets a `.gitignore` of `*`, so git ignores the
-        whole folder (images, the state database, job folders: tens of MB after one build) without the user
-        editing their own `.gitignore`. An existing folder is left as it is."""
-        if self.root.is_dir():
+        """Create the state folder (0700) if it is missing; a new one gets a `.gitignore` of `*`, so git ignores
+        the whole folder (images, the state database, job folders: tens of MB after one build) without the user
+        editing their own `.gitignore`. An existing folder keeps its files; one open to others (an older nodus
+        made it 0755) is narrowed to 0700."""
+        if not make_folder(self.root):
+            tighten(self.root)
             return
-        self.root.mkdir(parents=True, exist_ok=True)
         ignore = self.root / ".gitignore"
         if not ignore.exists():
-            _write_atomic(ignore, GITIGNORE)
+            write_file(ignore, GITIGNORE)
 
     def ensure(self) -> None:
         self.ensure_root()
-        for folder in (self.images, self.manifests, self.cache / "builds", self.cache / "requirements", self.work):
-            folder.mkdir(parents=True, exist_ok=True)
+        made = (self.images, self.manifests.parent, self.manifests, self.cache, self.cache / "builds")
+        for folder in (*made, self.cache / "requirements", self.work):
+            folder.mkdir(mode=FOLDER_MODE, exist_ok=True)
         init_layout(self.images)
 
     @property
@@ -110,7 +116,7 @@ class Store:
     def scratch(self, name: str) -> Iterator[Path]:
         """A fresh scratch folder for one build step, removed afterwards whatever happens."""
         self.ensure_root()
-        self.work.mkdir(parents=True, exist_ok=True)
+        self.work.mkdir(mode=FOLDER_MODE, exist_ok=True)
         folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.work))
         try:
             yield folder
@@ -124,7 +130,7 @@ class Store:
         digest = sha256_digest(data)
         target = self.manifests / digest.removeprefix("sha256:")
         if not target.exists():
-            _write_atomic(target, data)
+            write_file(target, data)
         return digest
 
     def manifest(self, digest: str) -> bytes:
@@ -150,7 +156,7 @@ class Store:
         return record if isinstance(record, dict) else None
 
     def record_build(self, key: str, record: dict[str, Any]) -> None:
-        _write_atomic(self.cache / "builds" / f"{key.removeprefix('sha256:')}.json", canonical_json(record))
+        write_file(self.cache / "builds" / f"{key.removeprefix('sha256:')}.json", canonical_json(record))
 
     def cached_layer(self, key: str) -> Layer | None:
         """A layer made before from the same inputs (`key`), if its blob is still in the image store."""
@@ -165,29 +171,16 @@ class Store:
 
     def record_layer(self, key: str, layer: Layer) -> None:
         record = {"diff_id": layer.diff_id, "digest": layer.digest, "size": layer.size}
-        _write_atomic(self.cache / "layers" / f"{key.removeprefix('sha256:')}.json", canonical_json(record))
-
-
-def _write_atomic(target: Path, data: bytes) -> None:
-    """Write to a temporary file beside `target`, then rename: readers never see half a file."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=".nodus-", dir=target.parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+        write_file(self.cache / "layers" / f"{key.removeprefix('sha256:')}.json", canonical_json(record))
 
 
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
     """An exclusive lock on `path` (made if missing): two builds of the same thing wait for each other."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    path.parent.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock

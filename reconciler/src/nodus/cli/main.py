@@ -26,6 +26,7 @@ from nodus.cli import (
     resources,
     run,
     schema,
+    state,
     validate,
     version,
 )
@@ -84,6 +85,7 @@ cli.add_command(inference.inference_group)
 cli.add_command(controller.controller)
 cli.add_command(pr_comment.pr_comment)
 cli.add_command(cluster.cluster_group)
+cli.add_command(state.state_group)
 
 
 def main() -> None:

@@ -305,9 +305,9 @@ def print_dry_run(documents: list[JSONObject], output: str) -> None:
 
 def read_records(project: Project) -> list[ResourceRecord]:
     """The store's records, read without writing: no store file yet means nothing applied yet (none is created)."""
-    from nodus.reconciler.state import STATE_FILE, open_store
+    from nodus.reconciler.state import open_store
 
-    if project.state_url is None and not (project.files.root / STATE_FILE).is_file():
+    if not project.has_state():
         return []
     store = open_store(project.state_url, project_state_dir=project.files.root, migrate=False)
     try:

@@ -53,8 +53,10 @@ class Project:
 
     def has_state(self) -> bool:
         """Whether there is a state store to read: `--state` (or NODUS_STATE) names one, or the state folder holds
-        the SQLite file."""
-        return self.state_url is not None or (self.files.root / STATE_FILE).is_file()
+        the SQLite file. Anything at that path counts (an empty file, a folder): opening it says what is wrong,
+        where taking it for no state would plan every resource anew."""
+        path = self.files.root / STATE_FILE
+        return self.state_url is not None or path.exists() or path.is_symlink()
 
     def open_state(self, *, create: bool = True) -> StateStore:
         """The state store (migrated): SQLite in the state folder unless `--state` says otherwise.

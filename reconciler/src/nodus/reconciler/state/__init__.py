@@ -12,7 +12,8 @@ the planner (reads), `nodus apply` (the lease, puts, deletes) and the controller
   `?host=/run/postgresql` for a Unix socket): a database shared by a team; PASSWORD is better left to
   `~/.pgpass` or `PGPASSWORD`, and it is never printed.
 Both backends behave the same: the one test suite runs against both (reconciler/tests/state). A store is
-migrated to the newest schema when opened, which is safe from several processes at once.
+checked when opened (a damaged SQLite file is one line naming it, never an empty store) and migrated to the newest
+schema, which is safe from several processes at once. `nodus state check` verifies one thoroughly (`check.py`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 from nodus.errors import ConfigError
 from nodus.reconciler.state.postgres import PostgresStore
 from nodus.reconciler.state.records import StateStore
-from nodus.reconciler.state.sql import redact_url
+from nodus.reconciler.state.sql import SqlStore, redact_url
 from nodus.reconciler.state.sqlite import SqliteStore
 
 STATE_FILE = "state.db"
@@ -42,33 +43,37 @@ def open_store(
 ) -> StateStore:
     """The store `--state` names (None: SQLite in `project_state_dir`), migrated unless `migrate=False`.
 
-    `clock` is for tests that move time (lease expiry); ConfigError for a value that names no store."""
-    store = _open(url_or_path, project_state_dir, clock)
-    if migrate:
-        try:
+    `clock` is for tests that move time (lease expiry); ConfigError for a value that names no store, and for a
+    damaged one (empty, truncated, corrupt, not SQLite, lacking tables), which is never read as an empty store."""
+    where = locate(url_or_path, project_state_dir)
+    store: SqlStore = SqliteStore(where, clock=clock) if isinstance(where, Path) else PostgresStore(where, clock=clock)
+    try:
+        store.verify()
+        if migrate:
             store.migrate()
-        except BaseException:
-            store.close()
-            raise
+    except BaseException:
+        store.close()
+        raise
     return store
 
 
-def _open(url_or_path: str | Path | None, project_state_dir: Path, clock: Callable[[], float]) -> StateStore:
+def locate(url_or_path: str | Path | None, project_state_dir: Path) -> Path | str:
+    """Where `--state` points: a SQLite file (a Path) or a PostgreSQL URL (a str); ConfigError for anything else."""
     if url_or_path is None:
-        return SqliteStore(project_state_dir / STATE_FILE, clock=clock)
+        return project_state_dir / STATE_FILE
     if isinstance(url_or_path, Path):
-        return SqliteStore(url_or_path, clock=clock)
+        return url_or_path
     text = url_or_path.strip()
     scheme = _SCHEME.match(text)
     if not text:
         raise ConfigError(f"--state is empty: give {_FORMS}")
     if scheme is None:
-        return SqliteStore(Path(text), clock=clock)
+        return Path(text)
     name = scheme.group(1).lower()
     if name in ("postgresql", "postgres"):
-        return PostgresStore(text, clock=clock)
+        return text
     if name == "sqlite":
-        return SqliteStore(_sqlite_path(text), clock=clock)
+        return _sqlite_path(text)
     raise ConfigError(f"--state {redact_url(text)}: unknown kind of state store {name!r}; give {_FORMS}")
 
 
@@ -83,4 +88,4 @@ def _sqlite_path(url: str) -> Path:
     return Path(path)
 
 
-__all__ = ["STATE_FILE", "open_store"]
+__all__ = ["STATE_FILE", "locate", "open_store"]

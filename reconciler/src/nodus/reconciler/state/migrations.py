@@ -10,6 +10,7 @@ PostgreSQL so a team can query them) and the auto-numbered event id. The rest is
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -209,8 +210,18 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
+_CREATE_TABLE = re.compile(r"\s*CREATE TABLE (?:IF NOT EXISTS )?(\w+)")
 
 
 def pending(current: int) -> list[Migration]:
     """The steps a store at version `current` still needs, oldest first."""
     return [migration for migration in MIGRATIONS if migration.version > current]
+
+
+def tables(version: int) -> list[str]:
+    """The tables a store at schema `version` has (read from the steps, so a new step needs no list of its own)."""
+    names = ["schema_migrations"]
+    for migration in MIGRATIONS:
+        if migration.version <= version:
+            names += [made.group(1) for made in map(_CREATE_TABLE.match, migration.statements) if made is not None]
+    return names

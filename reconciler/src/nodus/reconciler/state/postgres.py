@@ -123,6 +123,11 @@ class PostgresStore(SqlStore):
         row = self._one("SELECT to_regclass(?) IS NOT NULL", (name,))
         return bool(row and row[0])
 
+    def _table_names(self) -> set[str]:
+        # The tables the search_path shows, as to_regclass finds them: where migrate() made them.
+        rows = self._all("SELECT relname FROM pg_class WHERE relkind IN ('r', 'p') AND pg_table_is_visible(oid)")
+        return {str(row[0]) for row in rows}
+
     def _dump_json(self, document: JSONObject) -> object:
         return self._driver.types.json.Jsonb(document, dumps=canonical)
 

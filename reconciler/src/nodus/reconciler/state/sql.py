@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from nodus.errors import NodusError, PrerequisiteError
+from nodus.errors import ConfigError, NodusError, PrerequisiteError
 from nodus.reconciler.state import migrations
 from nodus.reconciler.state.migrations import Dialect
 from nodus.reconciler.state.records import (
@@ -92,6 +92,19 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[2]}"))
 
 
+class DamagedStoreError(ConfigError):
+    """A store that cannot be trusted (`store` names its file or URL, `what` says what is wrong), in one line:
+    nothing is read from it as if it were empty, and nothing is planned or applied on it."""
+
+    def __init__(self, store: str, what: str) -> None:
+        super().__init__(
+            f"the state store {store} is damaged: {what}; "
+            "restore it from a backup, then verify it with nodus state check"
+        )
+        self.store = store
+        self.what = what
+
+
 def _key_params(key: ResourceKey) -> tuple[str, str, str]:
     return (key.kind, key.project, key.name)
 
@@ -151,6 +164,10 @@ class SqlStore(ABC):
 
     @abstractmethod
     def _has_table(self, name: str) -> bool: ...
+
+    @abstractmethod
+    def _table_names(self) -> set[str]:
+        """The tables of the store (in its schema, on PostgreSQL)."""
 
     @abstractmethod
     def _dump_json(self, document: JSONObject) -> object: ...
@@ -225,11 +242,13 @@ class SqlStore(ABC):
         return self._guarded(lambda: action(self._state().connection))
 
     def _one(self, sql: str, params: Sequence[object] = ()) -> Row | None:
-        row: Row | None = self._run(sql, params).fetchone()
+        # Fetched inside the guard: SQLite reads pages as rows are fetched, so a damaged page fails here.
+        row: Row | None = self._outside_or_again(lambda connection: self._execute(connection, sql, params).fetchone())
         return row
 
     def _all(self, sql: str, params: Sequence[object] = ()) -> list[Row]:
-        return list(self._run(sql, params).fetchall())
+        rows = self._outside_or_again(lambda connection: self._execute(connection, sql, params).fetchall())
+        return list(rows)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -282,16 +301,31 @@ class SqlStore(ABC):
 
     # ---- schema
 
+    def verify(self) -> None:
+        """Raise when the store is damaged, before anything reads or migrates it (SQLite: `quick_check`, well
+        under a second for a large store). `open_store` calls it once per open."""
+        problems = self.integrity_problems()
+        if problems:
+            more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+            raise DamagedStoreError(self._name(), f"SQLite's quick_check: {problems[0]}{more}")
+
+    def integrity_problems(self, *, thorough: bool = False) -> builtins.list[str]:
+        """What a check of the store's own pages finds; nothing where the server keeps them (PostgreSQL)."""
+        return []
+
+    def _name(self) -> str:
+        """How messages name the store: its file, or its URL without the password."""
+        return self.url
+
     def migrate(self) -> int:
         with self.transaction():
             self._lock_migrations()
             self._run(migrations.SCHEMA_MIGRATIONS_DDL)
             current = self._recorded_version()
             if current > migrations.LATEST_VERSION:
-                raise PrerequisiteError(
-                    f"the state store {self.url} is at schema version {current}; "
-                    f"this nodus knows versions up to {migrations.LATEST_VERSION}",
-                    hint="upgrade nodus to the version that wrote it",
+                raise PrerequisiteError(  # one line: what is wrong and what to do
+                    f"the state store {self._name()} is at schema version {current}, from a newer nodus (this one "
+                    f"knows versions up to {migrations.LATEST_VERSION}): upgrade nodus to the version that wrote it"
                 )
             for migration in migrations.pending(current):
                 for statement in migration.sql(self.dialect):
@@ -300,7 +334,34 @@ class SqlStore(ABC):
                     "INSERT INTO schema_migrations (version, description, applied_at) VALUES (?, ?, ?)",
                     (migration.version, migration.description, self._clock()),
                 )
-        return self.schema_version()
+        version = self.schema_version()
+        missing = self.missing_tables(version)
+        if missing:
+            raise DamagedStoreError(
+                self._name(), f"schema version {version} has tables it lacks ({', '.join(missing)})"
+            )
+        return version
+
+    def unreadable_documents(self) -> builtins.list[str]:
+        """The JSON documents (resources' spec and status, launches' data) that do not parse, each named: SQLite
+        checks its pages, not the text in them, so a flipped bit inside a document is found only here."""
+        documents: builtins.list[tuple[str, Any]] = []
+        for kind, project, name, spec, status in self._all("SELECT kind, project, name, spec, status FROM resources"):
+            documents += [(f"{kind}/{project}/{name} spec", spec), (f"{kind}/{project}/{name} status", status)]
+        for launch_key, data in self._all("SELECT launch_key, data FROM launches"):
+            documents.append((f"launch {launch_key}", data))
+        found: builtins.list[str] = []
+        for where, value in documents:
+            try:
+                self._load_json(value)
+            except DamagedStoreError as error:
+                found.append(f"{where}: {error.what}")
+        return found
+
+    def missing_tables(self, version: int) -> builtins.list[str]:
+        """The tables a store at schema `version` has, and which this one lacks."""
+        present = self._table_names()
+        return [name for name in migrations.tables(version) if name not in present]
 
     def schema_version(self) -> int:
         if not self._has_table("schema_migrations"):

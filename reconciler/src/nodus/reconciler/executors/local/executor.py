@@ -161,7 +161,9 @@ class LocalExecutor:
         to be gone.
         """
         files = self.files(workload.project, workload.name)
-        files.dir.mkdir(parents=True, exist_ok=True)
+        # Its owner's only, like the state folder above it: logs, inputs and outputs may hold answers and keys.
+        for folder in (self.jobs_root, files.dir.parent, files.dir):
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         with locked(files.executor_lock):
             current = read_json(files.spec)
             if current is not None:
@@ -417,7 +419,7 @@ class LocalExecutor:
         that failed on the missing file (tests/test_apply_trainingjob.py's random kills found it). The status
         stays after the spec: a resume killed between them still reads Suspended and prepares again."""
         for folder in (files.input, files.state, files.outputs, files.logs):
-            folder.mkdir(parents=True, exist_ok=True)
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         _write_workload(files, workload)
         write_json(files.grading, grading_to_json(self._grading_for(spec)), durable=True)
         write_json(files.params, dict(spec.params), durable=True)

@@ -309,7 +309,8 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
 
 def append_jsonl(path: Path, record: object) -> None:
     line = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n"
-    with path.open("a", encoding="utf-8") as out:
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)  # like the JSON files
+    with os.fdopen(descriptor, "a", encoding="utf-8") as out:
         out.write(line)
 
 

@@ -117,7 +117,8 @@ class LocalServices:
 
     def launch_service(self, service: Service) -> None:
         files = self.files(service.key.project, service.key.name)
-        files.dir.mkdir(parents=True, exist_ok=True)
+        for folder in (self.root, files.dir.parent, files.dir):  # its owner's only, like the state folder
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         with locked(files.lock):
             current = read_json(files.service)
             before = Service.model_validate(current) if current is not None else None
