@@ -4,7 +4,8 @@ One `nodus apply` of a Job (its supervisor and its command) and an InferenceEndp
 server and the project's gateway, each under a service supervisor of its own), from a shell that holds tokens no
 resource names (HF_TOKEN, AWS_SECRET_ACCESS_KEY, RAY_AUTH_TOKEN). Every process below the supervisors nodus recorded
 is read in /proc/PID/environ: none holds a token; the Job's command has its `spec.env`, the model server its
-service's settings, and a variable the host lists in NODUS_PASS_ENV reaches both.
+service's settings, the gateway alone libpq's (a PostgreSQL state store's password), and a variable the host lists in
+NODUS_PASS_ENV reaches the command and the model server.
 
 Needs the training stack (the model server runs on transformers) and the tiny model (built here, no download).
 """
@@ -97,6 +98,7 @@ def project(tmp_path: Path, tiny_model: tuple[str, str], monkeypatch: pytest.Mon
     monkeypatch.delenv("NODUS_STATE", raising=False)
     for name, value in CANARIES.items():
         monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PGPASSWORD", "the-state-stores")  # libpq's: the gateway's alone
     monkeypatch.setenv("SITE_SETTING", "this-host-wants-it")
     monkeypatch.setenv("NODUS_PASS_ENV", "SITE_SETTING")
     root = tmp_path / "project"
@@ -144,4 +146,6 @@ def test_no_process_nodus_starts_inherits_a_token_of_the_shell_that_applied(proj
     seen = environ_of(server)
     assert seen["HF_HUB_OFFLINE"] == "1" and seen["SITE_SETTING"] == "this-host-wants-it", seen
     (gateway,) = [pid for pid in gateway_processes if "nodus.reconciler.inference.gateway" in command_of(pid)]
-    assert "JOB_SETTING" not in environ_of(gateway), environ_of(gateway)
+    seen = environ_of(gateway)
+    assert seen["PGPASSWORD"] == "the-state-stores" and "JOB_SETTING" not in seen, seen
+    assert not [pid for pid in every if "PGPASSWORD" in environ_of(pid) and pid not in (gateway, gateway_supervisor)]
