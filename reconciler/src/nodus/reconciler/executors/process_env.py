@@ -56,6 +56,7 @@ PASSED: Final = frozenset(
         "HF_DATASETS_OFFLINE",  # the same, for data sets
         "TRANSFORMERS_OFFLINE",  # the same, transformers' older spelling
         "HF_HUB_DISABLE_TELEMETRY",  # the host's owner turned the hub's telemetry off
+        "DO_NOT_TRACK",  # the host's owner asked every tool to send no telemetry
         "SSL_CERT_FILE",  # the host's CA certificates (a private CA in front of MLflow or a registry): paths
         "SSL_CERT_DIR",  # the same, as a folder
         "REQUESTS_CA_BUNDLE",  # the same, as requests reads it
