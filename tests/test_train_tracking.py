@@ -125,6 +125,9 @@ def project(tmp_path: Path, tiny_model: tuple[str, str], monkeypatch: pytest.Mon
         monkeypatch.delenv(name, raising=False)
     for name, setting in LOCAL_ONLY.items():
         monkeypatch.setenv(name, setting)
+    # This host's settings for the trainers nodus starts, which get none of this shell's variables unless listed: no
+    # tracker telemetry, and W&B offline where a test asks for it (nothing leaves loopback).
+    monkeypatch.setenv("NODUS_PASS_ENV", ",".join([*LOCAL_ONLY, "WANDB_MODE"]))
     monkeypatch.setenv("HF_HUB_CACHE", cache_folder)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "nodus.lock").write_text("lockfileVersion: 1\n")

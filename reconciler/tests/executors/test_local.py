@@ -17,6 +17,7 @@ import sys
 import textwrap
 import time
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -340,6 +341,45 @@ def test_cancel_stops_the_trainer_and_its_graders(jobs: Any) -> None:
     assert jobs.status()["phase"] == CANCELLED
     with pytest.raises(ConfigError, match="only a Suspended job can be resumed"):
         jobs.executor.resume(PROJECT, "tj")
+
+
+def _environ(pid: int) -> dict[str, str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return None  # ended since the tree was read (a grader's run)
+    return dict(entry.decode(errors="replace").partition("=")[::2] for entry in raw.split(b"\0") if entry)
+
+
+def test_the_supervisor_and_trainer_get_what_the_job_names_and_none_of_the_launchers_tokens(
+    jobs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nodus.reconciler.executors.workload import SecretRef
+
+    canaries = {"HF_TOKEN": "canary-hf-shell", "AWS_SECRET_ACCESS_KEY": "canary-aws-shell"}
+    for name, value in canaries.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PROD_HF_TOKEN", "the-secrets-value")
+    source = {"keys": ["HF_TOKEN"], "provider": "Env", "envPrefix": "PROD_"}
+    secret = SecretRef(env="HF_TOKEN", secret="hub", key="HF_TOKEN", source=source, field="spec.model.secret")
+    spec = jobs.spec(parameters={"steps": 500, "sleepS": 0.05}, env={"JOB_SETTING": "named"}, secrets=(secret,))
+    jobs.launch(spec)
+    jobs.until(lambda: (jobs.checkpoint() or 0) >= 1, "a checkpoint")  # graded once: its graders run too
+    status = jobs.status()
+    supervisor, trainer = status["supervisorPid"], status["trainerPid"]
+    below = [pid for pid, _ in jobs.descendants(supervisor)]
+    assert trainer in below and len(below) >= 2, below  # the trainer and at least one grader's sandbox
+    for pid in [supervisor, *below]:
+        seen = _environ(pid)
+        if seen is None:
+            continue
+        leaked = sorted(name for name, value in seen.items() if value in canaries.values())
+        assert not leaked, f"{jobs.cmdline(pid)} (pid {pid}) inherited {leaked}"
+    own, trainers = _environ(supervisor), _environ(trainer)
+    assert own is not None and trainers is not None
+    assert own["PROD_HF_TOKEN"] == "the-secrets-value" and "JOB_SETTING" not in own  # it reads the Secret, no more
+    assert trainers["HF_TOKEN"] == "the-secrets-value" and trainers["JOB_SETTING"] == "named", trainers
+    assert "PROD_HF_TOKEN" not in trainers and trainers["NODUS_JOB_NAME"] == "tj"
 
 
 def test_suspend_keeps_the_state_and_resume_goes_on_from_it(jobs: Any) -> None:

@@ -1,12 +1,14 @@
 """A real Ray cluster started by `nodus cluster`'s library (the `ray_cluster` fixture): its nodes, a job placed by
-GPU type, and token auth. The teardown of the fixture checks `down` leaves no process of ours."""
+GPU type, and token auth; what its nodes inherit. The teardown of the fixture checks `down` leaves no process of ours."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -77,3 +79,38 @@ def test_a_client_without_the_token_is_refused(ray_cluster: RayTestCluster) -> N
             dashboard_nodes(ray_cluster.dashboard_url, "0" * 64)
         assert wrong.value.code == 403
         assert len(dashboard_nodes(ray_cluster.dashboard_url, ray_cluster.token)) == 3
+
+
+def test_a_node_holds_the_base_environment_not_the_whole_environment_of_the_process_that_started_it(
+    ray_cluster: RayTestCluster,
+) -> None:
+    # The root conftest sets NODUS_RUNNER_UID in every test process, so the one that ran `up` had it; no node needs it.
+    assert "NODUS_RUNNER_UID" in os.environ
+    seen = 0
+    for node in ray_cluster.record.nodes:
+        for pid in [node.pid, *descendants(node.pid)]:
+            try:
+                raw = Path(f"/proc/{pid}/environ").read_bytes()
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # ended since the tree was read
+            names = {entry.partition(b"=")[0].decode() for entry in raw.split(b"\0") if entry}
+            assert "NODUS_RUNNER_UID" not in names and "RAY_AUTH_TOKEN" not in names, (node.role, pid, sorted(names))
+            seen += 1
+    assert seen >= 6  # each node's ray start and what it forked (gcs, raylet, agents, workers)
+
+
+def descendants(pid: int) -> list[int]:
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [child for child, ppid in parents.items() if ppid == parent]
+        found += children
+        frontier += children
+    return found

@@ -31,6 +31,7 @@ from nodus.reconciler.controllers.trainingjob import executor
 from nodus.reconciler.controllers.volume import ensure_model
 from nodus.reconciler.endpoints.model_table import load_models
 from nodus.reconciler.endpoints.served import NotYet, Served, served_model
+from nodus.reconciler.executors.process_env import STATE_STORE_SETTINGS
 from nodus.reconciler.executors.service import Service, ServiceHost, ServiceKey, ServiceObservation
 from nodus.reconciler.executors.workload import GpuResources, Resources
 from nodus.reconciler.inference.api import gateway_command
@@ -88,7 +89,8 @@ def gateway_service(project: Project) -> Service:
     where = project.settings().inference.gateway
     state = project.state_url or str(project.files.root / STATE_FILE)
     argv = gateway_command(state, port=where.port, host=where.host, project_root=project.root, python=HOST_PYTHON)
-    return Service(key=GATEWAY, command=tuple(argv), listen=f"{where.host}:{where.port}")
+    # The gateway opens the state store as this process did: libpq's settings (a PostgreSQL password) go with it.
+    return Service(key=GATEWAY, command=tuple(argv), listen=f"{where.host}:{where.port}", pass_env=STATE_STORE_SETTINGS)
 
 
 def gateway_url(project: Project) -> str:

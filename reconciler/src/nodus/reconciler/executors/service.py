@@ -67,6 +67,9 @@ class Service(WorkloadModel):
     generation: int = Field(default=1, ge=1)
     command: tuple[str, ...] = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
+    pass_env: tuple[str, ...] = ()
+    """Variables of the starting `nodus`'s environment this service gets besides the base ones (names or `PREFIX*`,
+    `process_env.py`): the gateway's state store connection. Read where it is started, never written down."""
     model: ModelArtifact | None = None
     adapters: tuple[Adapter, ...] = ()
     resources: Resources | None = None

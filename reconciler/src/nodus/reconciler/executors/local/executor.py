@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import shutil
 import signal
 import subprocess
@@ -41,6 +40,7 @@ from nodus.errors import ConfigError, PermanentError, TemporaryError
 
 from ...grading import GradingSettings
 from ...project import Project
+from ..process_env import base_environment, secret_variables
 from ..protocol import Capabilities, Gradings, LogReader, Observation, OutputManifest
 from ..workload import EnvironmentArtifact, Intervals, PackageSource, Workload, WorkloadKey
 from . import trainer_container
@@ -441,8 +441,11 @@ class LocalExecutor:
         _record(files, reason, {}, details={"phase": PENDING, "generation": spec.generation, "attempt": spec.attempt})
 
     def _spawn(self, files: JobFiles, spec: JobSpec) -> None:
-        """Start the supervisor detached and note its pid in supervisor.json."""
-        environment = dict(os.environ)
+        """Start the supervisor detached and note its pid in supervisor.json.
+
+        Its environment is the base one (`process_env`) and the variables its job's Secrets are read from: it reads
+        them when it starts the trainer, and hands on only what the job names."""
+        environment = base_environment(extra=secret_variables(spec.secrets))
         if self.record_wire:
             environment["NODUS_RECORD_WIRE"] = "1"
         argv = [self.python, "-m", SUPERVISOR_MODULE, "--detach", str(files.dir)]

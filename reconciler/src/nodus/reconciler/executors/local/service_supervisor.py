@@ -5,12 +5,13 @@ nodus.reconciler.executors.local.service_supervisor --detach SERVICE_DIR` (the p
 and exits; the supervisor runs in a session of its own, so it outlives the `nodus` that started it).
 
 What it does: starts the command of `argv.json` in a process group of its own (killed by the kernel if the supervisor
-dies), its output in `logs/service.log`; probes it (`GET <readyPath>` over its Unix socket) until it answers 200, then
-writes Running with `ready: true`; while it runs, probes it every few seconds (three failures in a row: ready false,
-and the endpoint answers 503 until it recovers). When the process exits it is started again after a backoff (1, 2, 4
-... 30 s), Pending with reason ServiceExited and its exit status; `maxRestarts` starts in a row that never became
-ready make it Failed with the last lines of its log. A start that is not ready within `startTimeoutS` counts as a
-failed start. A `stop` file asks it to end: SIGTERM to the group, SIGKILL after 10 s, then Stopped.
+dies), its output in `logs/service.log`, with the command's env over the base environment (`process_env.py`, and the
+service's `pass_env`: nothing else of the `nodus` that started it); probes it (`GET <readyPath>` over its Unix socket)
+until it answers 200, then writes Running with `ready: true`; while it runs, probes it every few seconds (three failures
+in a row: ready false, and the endpoint answers 503 until it recovers). When the process exits it is started again after
+a backoff (1, 2, 4 ... 30 s), Pending with reason ServiceExited and its exit status; `maxRestarts` starts in a row that
+never became ready make it Failed with the last lines of its log. A start that is not ready within `startTimeoutS`
+counts as a failed start. A `stop` file asks it to end: SIGTERM to the group, SIGKILL after 10 s, then Stopped.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any, Final
 from nodus.errors import NodusError
 from nodus.specs.status_names import Phase, Reason
 
+from ..process_env import base_environment
 from ..service import Service
 from .job import log_tail, read_json, try_lock, write_json
 from .services import HEARTBEAT_S, ServiceFiles
@@ -83,7 +85,9 @@ class ServiceSupervisor:
         self.service = Service.model_validate(read_json(files.service) or {})
         command = read_json(files.argv) or {}
         self.argv: list[str] = list(command.get("argv") or [])
-        self.env: dict[str, str] = {**os.environ, **(command.get("env") or {})}
+        # What its starter gave this process is the base environment and the service's pass_env: the same goes on.
+        own = base_environment(extra=self.service.pass_env)
+        self.env: dict[str, str] = {**own, **(command.get("env") or {})}
         self.status: dict[str, Any] = files.read_status()
         self._beat = 0.0
 

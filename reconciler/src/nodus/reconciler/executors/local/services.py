@@ -34,6 +34,7 @@ from nodus.errors import ConfigError, PermanentError, TemporaryError
 from nodus.specs.status_names import Phase, Reason
 
 from ...project import Project
+from ..process_env import base_environment
 from ..service import (
     ADAPTER_PLACEHOLDER,
     MODEL_PLACEHOLDER,
@@ -150,7 +151,7 @@ class LocalServices:
                 },
                 durable=True,
             )
-            self._spawn(files)
+            self._spawn(files, service)
 
     def observe_service(self, project: str, name: str) -> ServiceObservation:
         files = self.files(project, name)
@@ -234,7 +235,7 @@ class LocalServices:
         fresh = isinstance(beat, int | float) and time.time() - beat < STALE_AFTER_S
         return fresh or time.time() - float(launched.get("launchedAt") or 0) < STALE_AFTER_S
 
-    def _spawn(self, files: ServiceFiles) -> None:
+    def _spawn(self, files: ServiceFiles, service: Service) -> None:
         files.logs.mkdir(parents=True, exist_ok=True)
         launched_at = time.time()
         with files.supervisor_log.open("ab") as log:
@@ -245,6 +246,8 @@ class LocalServices:
                     stdout=subprocess.PIPE,
                     stderr=log,
                     cwd=files.dir,
+                    # The base environment and what the service asks for by name; its command's env is in argv.json.
+                    env=base_environment(extra=service.pass_env),
                     timeout=SPAWN_TIMEOUT_S,
                     check=False,
                 )

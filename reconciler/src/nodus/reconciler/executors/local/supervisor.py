@@ -31,6 +31,9 @@ The trainer's environment (the runtime contract, DESIGN.md section 7):
     NODUS_OUTPUT_DIR     results                           NODUS_ATTEMPT_API path of the attempt API's Unix socket
     NODUS_JOB_NAME, NODUS_PROJECT, NODUS_ATTEMPT           which job and which attempt (1, 2, ... after restarts)
 
+with the job's `env`, its Secrets' values, and of this process's own environment only the base one
+(`executors/process_env.py`: PATH, locale, HOME, the host's caches and GPU placement, NODUS_PASS_ENV's names).
+
 A job with an `image` runs its command in that image under podman, with no network and the contract's folders
 and socket mounted at `/nodus/...` (`trainer_container.py`); without one, on this host.
 
@@ -63,6 +66,7 @@ from ...grading import GradingSettings
 from ...secret_values import value
 from ...session.attempt_api import FileTranscript
 from ...session.session import JobSession, Outcome, min_comparison_tasks
+from ..process_env import base_environment
 from . import trainer_container
 from .job import (
     CANCEL_REQUESTED,
@@ -264,7 +268,12 @@ class Supervisor:
             secrets = secret_environment(spec)
         except NodusError as exc:
             return Outcome(FAILED, TRAINER_FAILED, f"cannot start the trainer: {exc.message}", {})
-        environment = {**os.environ, **spec.env, **secrets, **contract}
+        try:
+            # This process's environment is the base one plus what the Secrets are read from: only the base goes on.
+            base = base_environment()
+        except NodusError as exc:
+            return Outcome(FAILED, TRAINER_FAILED, f"cannot start the trainer: {exc.message}", {})
+        environment = {**base, **spec.env, **secrets, **contract}
         argv = list(spec.command)
         if spec.image is not None:
             try:
@@ -272,7 +281,7 @@ class Supervisor:
             except NodusError as exc:
                 return Outcome(FAILED, TRAINER_FAILED, f"cannot start the trainer in {spec.image}: {exc}", {})
             trainer_container.remove(files)  # one a lost supervisor left running would hold the name
-            environment = dict(os.environ)  # podman's own; the container gets only the job's env and the contract
+            environment = base  # podman's own; the container gets only the job's env and the contract
         with files.trainer_log.open("ab") as log:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             log.write(f"=== nodus: trainer started {stamp}, attempt {spec.attempt} ===\n".encode())
@@ -375,7 +384,8 @@ class Supervisor:
 
 def secret_environment(spec: JobSpec) -> dict[str, str]:
     """The values of the job's Secret references, read now from where each Secret says (this process's environment,
-    inherited from the `nodus` that launched it, or a dotenv file): handed to the trainer, written nowhere."""
+    which the `nodus` that launched it gave exactly these variables of its own, or a dotenv file): handed to the
+    trainer, written nowhere."""
     found = {}
     for ref in spec.secrets:
         where = f"{spec.kind}/{spec.name}: {ref.get('field')}"

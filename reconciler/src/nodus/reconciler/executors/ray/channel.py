@@ -85,7 +85,7 @@ class RegistryChannel:
 
     @classmethod
     def from_env(cls, environ: MutableMapping[str, str]) -> RegistryChannel | None:
-        """The channel a submission named (its variables taken out of `environ`: the trainer inherits the rest)."""
+        """The channel a submission named (its variables taken out of `environ`, which the session keeps to itself)."""
         text = environ.pop(REGISTRY_VARIABLE, None)
         insecure = environ.pop(INSECURE_VARIABLE, None) == "1"
         return None if not text else cls.parse(text, insecure=insecure)

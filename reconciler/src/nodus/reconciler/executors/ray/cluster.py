@@ -7,7 +7,9 @@ What `up` starts: a head with no CPUs (`--num-cpus 0`: jobs go to workers, the h
 each a `ray start --block` in a session of its own (`start_new_session`), so every process Ray forks for that node
 (gcs_server, raylet, dashboard, agents, workers) is in a process group and session nodus created. Every node binds
 127.0.0.1, with its own dashboard-agent port (several nodes share one host). With `netns` they run inside a network
-namespace that has only loopback (`netns.py`): Ray also listens on every interface (FACTS.md).
+namespace that has only loopback (`netns.py`): Ray also listens on every interface (FACTS.md). A node's environment
+is the base one of `process_env.py` with Ray's settings and a node session's (`_node_env`), not the whole shell `up`
+ran in: job entrypoints on the node inherit it.
 
 GPU types (the spelling the Ray executor places jobs by): a worker started with GPU type TYPE and COUNT carries the
 custom resource `nodus.dev/gpu-type/TYPE` = COUNT (`gpu_type_resource`) and the node label `nodus.dev/gpu-type=TYPE`
@@ -49,6 +51,7 @@ from typing import Any, Final
 from nodus.builder.host_programs import which
 from nodus.errors import ConfigError, ExecutorError, PrerequisiteError
 from nodus.reconciler.executors.local.job import same_process_alive, signal_verified, start_ticks
+from nodus.reconciler.executors.process_env import NODE_SESSION_SETTINGS, RAY_SETTINGS, base_environment
 from nodus.reconciler.executors.ray import netns
 from nodus.reconciler.executors.ray.jobs_client import EXTRA
 from nodus.reconciler.executors.ray.placement import GPU_TYPE_LABEL
@@ -349,7 +352,10 @@ def _node_ports(ports: Sequence[int], index: int) -> list[str]:
 
 
 def _node_env(token_file: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN", "RAY_ADDRESS")}
+    """A node's environment: the base one (`process_env`), Ray's settings and a node session's own; never the token
+    itself (nodes read its file) or another cluster's address. Job entrypoints on the node inherit it."""
+    env = base_environment(extra=(*RAY_SETTINGS, *NODE_SESSION_SETTINGS))
+    env = {k: v for k, v in env.items() if k not in ("RAY_AUTH_TOKEN", "RAY_ADDRESS")}
     env.update(
         RAY_AUTH_MODE="token",
         RAY_AUTH_TOKEN_PATH=str(token_file),

@@ -332,7 +332,7 @@ class GangCoordinator:
                 self.workload, member.rank, ips, epoch=epoch, checkpoint_uri=checkpoint_uri, restore_uri=restore_uri
             )
             command, variables = self.kind.member(member.rank, member.node, env, epoch)
-            runs[member.actor.run.remote(command, variables, self.cwd)] = member
+            runs[member.actor.run.remote(command, variables, self.cwd, self.kind.node_variables)] = member
         end: EpochEnd | None = None
         alive = list(members)
         while runs and end is None and not self.stopping.is_set():

@@ -10,6 +10,9 @@ that lost a member, and learn that a member is gone (its actor dies with its nod
 The command runs in a session of its own, so `stop` ends its whole process tree (torchrun and its workers) and
 nothing else; and it gets SIGKILL when the thread that started it dies (`PR_SET_PDEATHSIG`), so a member whose
 actor died (its raylet gone while the machine stays) leaves no rank of an old epoch running to join a new one.
+Its environment is explicit (`member_env`): what the coordinator gives it over the base one of this node's, plus the
+node's variables its gang's kind names (`node_variables`: Ray's settings for a `Ray` launcher's nodes, a node
+session's registry credentials and Secret variables), never the whole environment of the Ray worker.
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
+from nodus.errors import ConfigError
+
+from ..process_env import base_environment
+
 STOP_GRACE_S: Final = 10.0
 """Between SIGTERM and SIGKILL of a stopped member's process group."""
 PR_SET_PDEATHSIG: Final = 1
@@ -35,6 +42,15 @@ PR_SET_PDEATHSIG: Final = 1
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def member_env(environ: Mapping[str, str], env: Mapping[str, str], node_variables: Sequence[str]) -> dict[str, str]:
+    """A rank's environment: of this node's (`environ`, the Ray worker's) the base one (`process_env`) and
+    `node_variables`, this Python's scripts first on PATH (torchrun, accelerate: the node's PATH may lack the
+    environment's bin), then `env`. A ConfigError for a bad NODUS_PASS_ENV on this node."""
+    base = base_environment(environ, extra=node_variables)
+    path = os.pathsep.join([str(Path(sys.executable).parent), environ.get("PATH", os.defpath)])
+    return {**base, "PATH": path, **env}
 
 
 class GangMember:
@@ -79,14 +95,16 @@ class GangMember:
                 return
             connection.close()
 
-    def run(self, command: Sequence[str], env: Mapping[str, str], cwd: str | None) -> int:
-        """Run the rank's command to its end; its exit status (127 when it could not start)."""
-        # This Python's scripts first (torchrun, accelerate): the node's PATH may lack the environment's bin.
-        path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
+    def run(
+        self, command: Sequence[str], env: Mapping[str, str], cwd: str | None, node_variables: Sequence[str] = ()
+    ) -> int:
+        """Run the rank's command to its end; its exit status (127 when it could not start). `env` is what the
+        coordinator gives it; `node_variables` (names or `PREFIX*`) what it needs of this node's own environment
+        besides the base one (`member_env`)."""
         try:
             process = subprocess.Popen(
                 list(command),
-                env={**os.environ, "PATH": path, **env},
+                env=member_env(os.environ, env, node_variables),
                 cwd=cwd if cwd and Path(cwd).is_dir() else None,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -94,8 +112,9 @@ class GangMember:
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
-        except OSError as exc:
-            self._append(f"{command[0]}: {exc.strerror or exc}\n".encode())
+        except (OSError, ConfigError) as exc:
+            why = exc.message if isinstance(exc, ConfigError) else exc.strerror or exc
+            self._append(f"{command[0]}: {why}\n".encode())
             return 127
         with self._lock:
             self._process = process

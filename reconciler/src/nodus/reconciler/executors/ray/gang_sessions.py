@@ -32,6 +32,7 @@ from nodus.errors import ConfigError
 from nodus.specs.status_names import Phase, Reason
 
 from ..local.single_node_launchers import torchrun_across_nodes
+from ..process_env import NODE_SESSION_SETTINGS, secret_variables
 from ..protocol import WAIT_PHASES
 from ..workload import Workload
 from . import gang, session_variables, status_stream
@@ -93,6 +94,14 @@ class SessionGang:
         self.status: dict[str, Any] | None = None
         """Rank 0's latest status marker."""
         self.finals: dict[int, dict[str, Any]] = {}
+
+    @property
+    def node_variables(self) -> tuple[str, ...]:
+        """What a member's node session needs of its node's environment besides the base one: the registry
+        credentials it fetches the inputs with, and the variables the run's Secrets are read from (its supervisor
+        reads them)."""
+        refs = [ref.model_dump(mode="json") for ref in self.workload.secrets]
+        return (*NODE_SESSION_SETTINGS, *secret_variables(refs))
 
     def check(self) -> None:
         """A ConfigError naming the launcher when a session gang cannot start it (before anything is placed)."""

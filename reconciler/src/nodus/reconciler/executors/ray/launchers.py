@@ -21,6 +21,11 @@ Wrapper = Callable[[Workload, int, Mapping[str, str]], list[str]]
 
 AS_WRITTEN: Final = frozenset({"Plain", "Torchrun"})
 WRAPPERS: Final[dict[str, Wrapper]] = {"Ray": ray_launcher.ray_member, "Verl": ray_launcher.verl_member}
+NODE_VARIABLES: Final[dict[str, tuple[str, ...]]] = {
+    "Ray": ray_launcher.NODE_VARIABLES,
+    "Verl": ray_launcher.NODE_VARIABLES,
+}
+"""What a wrapper's rank needs of its node's environment besides the base one (`process_env.py`)."""
 
 
 def check(workload: Workload) -> None:
@@ -50,6 +55,12 @@ class CommandGang:
 
     def __init__(self, workload: Workload) -> None:
         self.workload = workload
+
+    @property
+    def node_variables(self) -> tuple[str, ...]:
+        """What a rank needs of its node's environment besides the base one: Ray's settings where the launcher
+        starts Ray nodes of its own (they ask for the token the node's Ray holds), nothing for a plain command."""
+        return NODE_VARIABLES.get(launcher_of(self.workload), ())
 
     def check(self) -> None:
         check(self.workload)

@@ -6,8 +6,8 @@ log, which is all the controller's host reads of the job (`status_stream.py`).
 
 What it does, on the node:
 1. reads the workload from `NODUS_WORKLOAD` (JSON, in the submission's runtime_env) and what to do with it from
-   `NODUS_RUN` (`launch`, or `resume` after a suspension), and drops both from its environment (the trainer
-   inherits it);
+   `NODUS_RUN` (`launch`, or `resume` after a suspension), and drops both from its environment (what it
+   starts gets the base environment of `process_env.py` and what the workload names, nothing else of this one);
 2. hands it to a `LocalExecutor` over the node's jobs folder (`NODUS_NODE_JOBS`, default `~/.nodus/node-jobs`):
    the workload is resolved on this node (`executors/local/resolve.py`) and runs under the same supervisor as a
    local job (attempt API on a Unix socket, grading in the container sandbox with no network, cost and cap), with

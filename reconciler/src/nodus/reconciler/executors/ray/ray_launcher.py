@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from ..process_env import RAY_SETTINGS
 from ..workload import Workload
 from .cluster import NODE_PORT_FLAGS
 from .placement import SESSION_CPUS
@@ -48,6 +49,9 @@ JOIN_TIMEOUT_S: Final = 900.0
 `distributed.startupTimeout`."""
 
 VERL_OVERRIDES: Final = "NODUS_VERL_OVERRIDES"
+NODE_VARIABLES: Final = RAY_SETTINGS
+"""What a rank takes of its node's environment besides the base one (`gang_member.member_env`): Ray's settings, so
+its inner nodes keep the outer node's auth (`RAY_AUTH_*`) and tuning; `inner_env` then drops the outer session's."""
 INNER_DROPPED: Final = frozenset(
     {
         "RAY_ADDRESS",

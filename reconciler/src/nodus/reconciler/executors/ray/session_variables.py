@@ -13,7 +13,7 @@ from typing import Final
 from .channel import INPUTS_VARIABLE, INSECURE_VARIABLE, REGISTRY_VARIABLE
 
 WORKLOAD_VARIABLE: Final = "NODUS_WORKLOAD"
-"""The workload, as JSON; the session drops it from its environment (the trainer inherits the rest)."""
+"""The workload, as JSON; the session drops it from its environment (which it hands on only filtered: `process_env`)."""
 RUN_VARIABLE: Final = "NODUS_RUN"
 """What to do with it: LAUNCH, or RESUME after a suspension."""
 JOBS_VARIABLE: Final = "NODUS_NODE_JOBS"
