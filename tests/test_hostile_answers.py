@@ -501,20 +501,21 @@ def hostile_environment(
         path.chmod(0o755 if path.is_dir() else 0o644)
     known = [str(checkout), str(package), str(data), str(tmp_path), "/opt/environment", "/opt/nodus", "/tmp"]
     answers = json.dumps(dict(tokens))
+    grading = settings(mode, tmp_path, answers=answers, NODUS_HOSTILE_DATA=str(data))
+    loader = "hostile_env:load_environment"
+    return environment_spec("hostile-answers", package, loader, mode, build, train=6), grading, known
+
+
+def environment_spec(
+    name: str, package: Path, loader: str, mode: str, build: Callable[[Path], str] | None, *, train: int
+) -> EnvironmentSpec:
+    """The job's Environment: the package's folder in process mode, its image built by nodus-build in a container."""
     if mode == "process":
-        environment = EnvironmentSpec(
-            "hostile-answers",
-            "1.0.0",
-            paths=(str(package),),
-            loader="hostile_env:load_environment",
-            train_tasks=6,
-            held_out_tasks=HELD_OUT,
+        return EnvironmentSpec(
+            name, "1.0.0", paths=(str(package),), loader=loader, train_tasks=train, held_out_tasks=HELD_OUT
         )
-        return environment, settings(mode, tmp_path, answers=answers, NODUS_HOSTILE_DATA=str(data)), known
     assert build is not None
-    image = build(package)
-    environment = EnvironmentSpec("hostile-answers", "1.0.0", image=image, train_tasks=6, held_out_tasks=HELD_OUT)
-    return environment, settings(mode, tmp_path, answers=answers), known
+    return EnvironmentSpec(name, "1.0.0", image=build(package), train_tasks=train, held_out_tasks=HELD_OUT)
 
 
 MODES = ["process", pytest.param("container", marks=pytest.mark.podman)]
@@ -549,18 +550,9 @@ def test_no_hostile_completion_finds_the_answers_of_an_environment_that_keeps_th
 def test_no_hostile_completion_finds_the_hidden_calls_of_python_functions(
     mode: str, tmp_path: Path, attempt_api: Callable[..., Trainer], request: pytest.FixtureRequest
 ) -> None:
-    if mode == "process":
-        environment = EnvironmentSpec(
-            "python-functions",
-            "1.0.0",
-            paths=(str(PYTHON_FUNCTIONS),),
-            loader="python_functions_env:load_environment",
-            train_tasks=4,
-            held_out_tasks=HELD_OUT,
-        )
-    else:
-        image = request.getfixturevalue("grader_image_of")(PYTHON_FUNCTIONS)
-        environment = EnvironmentSpec("python-functions", "1.0.0", image=image, train_tasks=4, held_out_tasks=HELD_OUT)
+    build = request.getfixturevalue("grader_image_of") if mode == "container" else None
+    loader = "python_functions_env:load_environment"
+    environment = environment_spec("python-functions", PYTHON_FUNCTIONS, loader, mode, build, train=4)
     trainer = attempt_api(settings(mode, tmp_path), environment)
     tasks = trainer.held_out()
     solutions = {task["function"]: task["solution"] for task in _python_functions_test_split()}
