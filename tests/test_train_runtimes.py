@@ -276,7 +276,7 @@ def test_distillation_lowers_the_students_held_out_kl_to_the_teacher(model: str,
     fresh = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(teacher))  # type: ignore[no-untyped-call, unused-ignore]
     fresh.save_pretrained("data/student")
     AutoTokenizer.from_pretrained(teacher).save_pretrained("data/student")
-    upload(Path("data/student"), "student", "/")
+    upload(Path("data/student"), "student", "")
     chats = [
         {
             "messages": [

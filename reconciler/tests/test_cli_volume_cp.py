@@ -146,16 +146,18 @@ def test_an_upload_never_follows_a_link_and_names_it(project: Path, tmp_path: Pa
 def test_an_absolute_volume_path_is_refused_like_dotdot(project: Path) -> None:
     (project / "evil").write_text("x\n")
     code, output = nodus("cp", "evil", "vol/chats:/etc/evil")
-    assert code == 1 and "'/etc/evil' is not a path inside the Volume" in output, output
+    assert code == 1 and "'/etc/evil' is absolute: a path inside the Volume starts at its top" in output, output
     (project / "tree").mkdir()
     (project / "tree" / "evil").write_text("x\n")
     code, output = nodus("cp", "-r", "tree", "vol/chats:/etc")
-    assert code == 1 and "'/etc' is not a path inside the Volume" in output, output
+    assert code == 1 and "'/etc' is absolute: a path inside the Volume starts at its top" in output, output
     assert volume_status()["revision"] == 0
     assert nodus("cp", "evil", "vol/chats:evil")[0] == 0
     code, output = nodus("cp", "vol/chats:/evil", "back")
-    assert code == 1 and "'/evil' is not a path inside the Volume" in output, output
+    assert code == 1 and "'/evil' is absolute: a path inside the Volume starts at its top" in output, output
+    assert "vol/NAME: alone is the top itself" in output, output  # what the user may have meant by `vol/chats:/`
     assert not (project / "back").exists()
+    assert nodus("cp", "-r", "tree", "vol/chats:")[0] == 0  # the top, written the one way
 
 
 def test_an_upload_that_clashes_with_the_revision_is_one_line_and_commits_nothing(project: Path) -> None:

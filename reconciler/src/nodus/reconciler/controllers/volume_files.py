@@ -55,7 +55,11 @@ def inside_volume(relative: str, label: str) -> str:
     manifest. A trailing `/` (a folder) is dropped."""
     path = PurePosixPath(relative.rstrip("/"))
     if relative.startswith("/") or not path.parts or ".." in path.parts or path.as_posix() == MANIFEST:
-        raise ConfigError(f"{label}: {relative!r} is not a path inside the Volume")
+        why = "is absolute: a path inside the Volume starts at its top" if relative.startswith("/") else ""
+        raise ConfigError(
+            f"{label}: {relative!r} {why or 'is not a path inside the Volume'}",
+            hint="write paths from the Volume's top (vol/NAME:dir/file); vol/NAME: alone is the top itself",
+        )
     return path.as_posix()
 
 
