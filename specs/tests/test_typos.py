@@ -106,3 +106,10 @@ def test_misspelt_field_is_reported_with_suggestion(file: str, index: int, key_p
     assert matching, errors
     assert matching[0].endswith(f"unknown field (did you mean {original}?)"), matching[0]
     assert "\n" not in matching[0]
+
+
+def test_a_key_ending_in_a_newline_is_quoted_so_the_error_stays_one_line() -> None:
+    """Found by tests/test_validate_fuzz.py: `re.match` with `$` took `0\\n` for a plain key."""
+    text = "apiVersion: nodus.dev/v1\nkind: Volume\nmetadata: {name: v}\nspec: {}\n? '0\n\n  '\n: x\n"
+    (problem,) = parse_text(text, "nl.yaml").errors
+    assert problem.field == '["0\\n"]' and "\n" not in str(problem), str(problem)

@@ -494,7 +494,7 @@ def _dotted(loc: Loc) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif _PLAIN_KEY.match(str(part)):
+        elif _PLAIN_KEY.fullmatch(str(part)):  # not match: `$` would let a key end in a newline
             out += ("." if out else "") + str(part)
         else:
             out += f"[{json.dumps(str(part), ensure_ascii=False)}]"
