@@ -413,27 +413,37 @@ class Trainer:
         return list(self.post("gradings", {"items": items, "phase": "Evaluation"})["verdicts"])
 
 
-@pytest.fixture
-def attempt_api(tmp_path: Path) -> Iterator[Callable[[GradingSettings, EnvironmentSpec], Trainer]]:
-    """`serve(settings, environment) -> Trainer`: a job's attempt API on a Unix socket with a real grading service."""
-    services: list[GradingService] = []
-    servers: list[AttemptServer] = []
+class Jobs:
+    """Jobs' attempt APIs on Unix sockets, each with a real grading service: `jobs(settings, environment) -> Trainer`."""
 
-    def serve(settings: GradingSettings, environment: EnvironmentSpec) -> Trainer:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.services: list[GradingService] = []
+        self.servers: list[AttemptServer] = []
+
+    def __call__(self, settings: GradingSettings, environment: EnvironmentSpec) -> Trainer:
         service = GradingService(settings)
-        services.append(service)
-        job = f"hostile-{len(servers)}"
+        self.services.append(service)
+        job = f"hostile-{len(self.servers)}"
         api = AttemptAPI(name=job, environment=environment, grading=service, grading_job=job, on_event=lambda e: None)
-        server = AttemptServer(tmp_path / f"{job}.sock", api, transcript=FileTranscript(tmp_path / f"{job}.log"))
+        server = AttemptServer(self.folder / f"{job}.sock", api, transcript=FileTranscript(self.folder / f"{job}.log"))
         server.start()
-        servers.append(server)
+        self.servers.append(server)
         return Trainer(server.socket_path, job)
 
-    yield serve
-    for server in servers:
-        server.close()
-    for service in services:
-        service.close_all()
+    def close(self) -> None:
+        """Stop the servers and their graders (again: a no-op)."""
+        while self.servers:
+            self.servers.pop().close()
+        while self.services:
+            self.services.pop().close_all()
+
+
+@pytest.fixture
+def attempt_api(tmp_path: Path) -> Iterator[Jobs]:
+    jobs = Jobs(tmp_path)
+    yield jobs
+    jobs.close()
 
 
 @pytest.fixture
@@ -527,7 +537,7 @@ def constant(text: str) -> Callable[[dict[str, Any]], str]:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_no_hostile_completion_finds_the_answers_of_an_environment_that_keeps_them_everywhere(
-    mode: str, tmp_path: Path, checkout: Path, attempt_api: Callable[..., Trainer], request: pytest.FixtureRequest
+    mode: str, tmp_path: Path, checkout: Path, attempt_api: Jobs, request: pytest.FixtureRequest
 ) -> None:
     tokens = answers()
     build = request.getfixturevalue("grader_image_of") if mode == "container" else None
@@ -548,7 +558,7 @@ def test_no_hostile_completion_finds_the_answers_of_an_environment_that_keeps_th
 
 @pytest.mark.parametrize("mode", MODES)
 def test_no_hostile_completion_finds_the_hidden_calls_of_python_functions(
-    mode: str, tmp_path: Path, attempt_api: Callable[..., Trainer], request: pytest.FixtureRequest
+    mode: str, tmp_path: Path, attempt_api: Jobs, request: pytest.FixtureRequest
 ) -> None:
     build = request.getfixturevalue("grader_image_of") if mode == "container" else None
     loader = "python_functions_env:load_environment"
@@ -580,10 +590,11 @@ def _python_functions_test_split() -> list[dict[str, Any]]:
 
 @pytest.fixture
 def grader_image_of(
-    tmp_path: Path, base_reference: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, base_reference: str, capsys: pytest.CaptureFixture[str], attempt_api: Jobs
 ) -> Iterator[Callable[[Path], str]]:
     """`build(package) -> image`: nodus-build of the package (its freeze step caches data under HF_HOME), loaded
-    into podman's storage as the grading service runs it."""
+    into podman's storage as the grading service runs it. Removed after the graders are stopped: `podman rmi
+    --force` of an image in use stops its containers itself, 10 s each."""
     from nodus.builder.cli import main as nodus_build
     from nodus.builder.oci import read_image
     from nodus.builder.sandbox import load_image
@@ -608,6 +619,7 @@ def grader_image_of(
 
     loaded: list[str] = []
     yield build
+    attempt_api.close()  # this fixture is torn down first: it was asked for by name in the test
     podman = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
     for name in loaded:
         subprocess.run([*podman, "rmi", "--force", name], capture_output=True, check=False)
