@@ -510,12 +510,18 @@ def _package_paths(environment: ResourceRecord) -> list[str]:
     return [str((spec_file.parent / package["path"]).resolve())]
 
 
+def runs_current_generation(jobs: Executor, record: ResourceRecord) -> bool:
+    """Whether the executor's job is the generation the record runs now. After a replace that has not launched
+    (its model not cached, its Environment not Ready), the executor still holds the earlier generation's job: its
+    phase, events and heartbeat are that generation's, never this record's."""
+    project, name = record.key.project, record.key.name
+    return jobs.exists(project, name) and jobs.spec_of(project, name).generation == launch_generation(record)
+
+
 def reported_events(jobs: Executor, record: ResourceRecord) -> list[JSONObject]:
     """The executor's recent events of the job (stage reports among them), oldest first; none while the job
     folder still holds an earlier generation (a replacement not launched yet): those are not this record's."""
-    if not jobs.exists(record.key.project, record.key.name):
-        return []
-    if jobs.spec_of(record.key.project, record.key.name).generation != launch_generation(record):
+    if not runs_current_generation(jobs, record):
         return []
     return [dict(event) for event in jobs.observe(record.key.project, record.key.name).events]
 

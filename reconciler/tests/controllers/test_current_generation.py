@@ -1,0 +1,119 @@
+"""A job's phase, health and events describe its current generation (DESIGN.md section 6, "Status describes the
+current generation"), through the CLI a user types, on a FakeExecutor: a Succeeded job replaced by a generation
+that cannot launch (its model is not in the local cache) is Pending (ModelNotCached) in `get`, `describe`, the
+controller's HEALTH and a `wait`, never the previous generation's Succeeded; a finished run's stage is not left at
+the trainer's last report; a launch's event says what launched."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nodus.cli.main import cli
+from nodus.reconciler.executors.choose import bound
+from nodus.reconciler.project import Project
+from nodus.reconciler.refresh import refresh
+from nodus.reconciler.state.records import ResourceKey
+from nodus.testing.fake_executor import FakeExecutor
+
+TJ = ResourceKey("TrainingJob", "default", "run")
+REVISION = "c1899de289a04d12100db370d81485cdf75e47ca"
+RUNTIME = """apiVersion: nodus.dev/v1beta1
+kind: TrainingRuntime
+metadata: {name: echo}
+spec:
+  command: [python, train.py]
+  tasks: [SFT]
+  parameterSchema:
+    type: object
+    additionalProperties: false
+    properties: {steps: {type: integer, minimum: 1}}
+  defaults: {steps: 3}
+"""
+
+
+def training_job(steps: int, model: str = "") -> str:
+    return f"""apiVersion: nodus.dev/v1beta1
+kind: TrainingJob
+metadata: {{name: run}}
+spec:
+  runtime: echo
+  task: SFT
+  parameters: {{steps: {steps}}}
+  maxCostUSD: "1.00"
+{model}"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / ".git").mkdir()  # the project root marker: never the repository these tests run in
+    (root / "runtime.yaml").write_text(RUNTIME)
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # empty: no model is cached
+    return Project.find(root)
+
+
+@pytest.fixture
+def fake(project: Project) -> Iterator[FakeExecutor]:
+    with bound(project.jobs, FakeExecutor()) as executor:
+        assert isinstance(executor, FakeExecutor)
+        yield executor
+
+
+def nodus(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def succeeded_then_replaced(project: Project, fake: FakeExecutor) -> None:
+    """The issue's reproduction: a job that Succeeded, then `steps` changed and `model.uri` pointed at a revision
+    that is not cached, applied with `nodus apply . --yes`."""
+    (project.root / "job.yaml").write_text(training_job(3))
+    code, out, err = nodus("apply", ".", "--yes")
+    assert code == 0, out + err
+    fake.finish("default", "run", stage="Exporting")
+    assert nodus("refresh")[0] == 0
+    code, out, _ = nodus("get", "tj", "run", "-o", "jsonpath={.status.phase}")
+    assert out.strip() == "Succeeded"
+    model = f"  model: {{uri: 'hf://tiny/model@{REVISION}'}}\n"
+    (project.root / "job.yaml").write_text(training_job(5, model))
+    code, out, err = nodus("apply", ".", "--yes")
+    assert code == 0, out + err
+
+
+def test_a_replacement_that_cannot_launch_is_pending_not_the_old_success(project: Project, fake: FakeExecutor) -> None:
+    succeeded_then_replaced(project, fake)
+    code, out, err = nodus("wait", "tj/run", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=20s")
+    assert code == 1 and "condition met" not in out, out + err
+    assert "ModelNotCached" in err and len(err.strip().splitlines()) <= 2, err
+    code, out, _ = nodus("get", "tj", "-o", "wide")
+    titles, row = (line.split() for line in out.strip().splitlines())
+    shown = dict(zip(titles, row, strict=False))
+    assert shown["PHASE"] == "Pending" and shown["REASON"] == "ModelNotCached", out
+    assert shown["GENERATION"] == "2" and shown["HEALTH"] == "Progressing", out
+    code, out, _ = nodus("get", "tj", "run", "-o", "jsonpath={.status.phase} {.status.reason} {.sync.health}")
+    assert out.split()[:2] == ["Pending", "ModelNotCached"], out
+    code, out, _ = nodus("describe", "tj/run")
+    assert "phase: Pending" in out and "phase: Succeeded" not in out, out
+
+
+def test_refresh_leaves_an_unlaunched_generation_as_its_controller_wrote_it(
+    project: Project, fake: FakeExecutor
+) -> None:
+    succeeded_then_replaced(project, fake)
+    store = project.open_state()
+    try:
+        assert refresh(project, store) == []
+        record = store.get(TJ)
+        assert record is not None and record.generation == 2
+        assert (record.status["phase"], record.status["reason"]) == ("Pending", "ModelNotCached")
+        assert "outputs" not in record.status and "cost" not in record.status  # nothing of generation 1
+    finally:
+        store.close()
+    # The old run is still there, for `nodus logs` and `cp` of generation 1: it was not launched again.
+    assert [run.spec.generation for run in fake.jobs[("default", "run")]] == [1]
