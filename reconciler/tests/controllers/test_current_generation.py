@@ -117,3 +117,46 @@ def test_refresh_leaves_an_unlaunched_generation_as_its_controller_wrote_it(
         store.close()
     # The old run is still there, for `nodus logs` and `cp` of generation 1: it was not launched again.
     assert [run.spec.generation for run in fake.jobs[("default", "run")]] == [1]
+
+
+def test_the_controller_shows_an_unlaunched_replacement_as_progressing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`nodus controller` syncing the same change from git: its HEALTH and SYNC view (`get -o wide`, its summary
+    line) say generation 2 is Pending and Progressing, not the first generation's Succeeded and Healthy."""
+    import subprocess
+
+    repo, service = tmp_path / "git", tmp_path / "service"
+    repo.mkdir()
+    service.mkdir()
+    monkeypatch.setenv("NODUS_HOME", str(service / ".nodus"))
+    monkeypatch.delenv("NODUS_STATE", raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.chdir(service)
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.email=t@example.com", "-c", "user.name=t", *args], cwd=repo, check=True)
+
+    def commit(job: str) -> None:
+        (repo / "runtime.yaml").write_text(RUNTIME)
+        (repo / "job.yaml").write_text(job)
+        git("add", "-A")
+        git("commit", "-q", "-m", "job")
+
+    git("init", "-q", "-b", "main")
+    commit(training_job(3))
+    with bound(Project.find(service).jobs, FakeExecutor()) as fake:
+        assert isinstance(fake, FakeExecutor)
+        code, out, err = nodus("controller", "--repo", str(repo), "--once")
+        assert code == 0, out + err
+        fake.finish("default", "run")
+        code, out, err = nodus("controller", "--repo", str(repo), "--once")
+        assert code == 0 and "2 Synced, 2 Healthy" in out, out + err  # the runtime and the job
+        commit(training_job(5, f"  model: {{uri: 'hf://tiny/model@{REVISION}'}}\n"))
+        code, out, err = nodus("controller", "--repo", str(repo), "--once")
+        assert "2 Synced, 1 Healthy, 1 Progressing" in out, out + err  # the runtime Healthy, the job not
+        code, out, _ = nodus("get", "tj", "-o", "wide")
+        titles, row = (line.split() for line in out.strip().splitlines())
+        shown = dict(zip(titles, row, strict=False))
+        assert (shown["PHASE"], shown["REASON"], shown["GENERATION"]) == ("Pending", "ModelNotCached", "2"), out
+        assert (shown["SYNC"], shown["HEALTH"]) == ("Synced", "Progressing"), out
