@@ -160,3 +160,15 @@ def test_the_controller_shows_an_unlaunched_replacement_as_progressing(
         shown = dict(zip(titles, row, strict=False))
         assert (shown["PHASE"], shown["REASON"], shown["GENERATION"]) == ("Pending", "ModelNotCached", "2"), out
         assert (shown["SYNC"], shown["HEALTH"]) == ("Synced", "Progressing"), out
+
+
+def test_the_sdk_wait_ends_on_a_replacement_that_cannot_launch(project: Project, fake: FakeExecutor) -> None:
+    from nodus.errors import ConfigError
+    from nodus.recipes.apply import Options
+    from nodus.recipes.runs import Run
+
+    succeeded_then_replaced(project, fake)
+    run = Run("run", "default", Options(path=project.root))
+    assert (run.status()["phase"], run.status()["reason"]) == ("Pending", "ModelNotCached")
+    with pytest.raises(ConfigError, match="TrainingJob/run will not end: it is Pending \\(ModelNotCached\\)"):
+        run.wait(timeout=600)

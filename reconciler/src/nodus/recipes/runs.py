@@ -23,6 +23,7 @@ from nodus.reconciler.project import Project
 from nodus.reconciler.refresh import refresh_under_lease
 from nodus.reconciler.state.records import LeaseHeld, ResourceKey
 from nodus.reconciler.views.warnings import unseen
+from nodus.reconciler.waiting import blocked_by
 from nodus.specs.status_names import GradingPhase, Phase, Reason, Stage
 
 ENDED = (Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED, Phase.SUSPENDED)
@@ -126,12 +127,17 @@ class Run:
         return _status(self._where, self.key)
 
     def wait(self, timeout: float | None = None, *, poll: float = 1.0) -> Record:
-        """Wait until the run has ended (Succeeded, Failed, Cancelled or Suspended); its status then."""
+        """Wait until the run has ended (Succeeded, Failed, Cancelled or Suspended); its status then. A generation
+        that can never launch by itself (its model not cached, its Environment failed) is a ConfigError at once,
+        as `nodus wait` says it: the status is this generation's, never the previous one's."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            status = self.status()
+            status, blocked = _look(self._where, self.key)
             if status.get("phase") in ENDED:
                 return status
+            if blocked is not None:
+                why = f"{status.get('phase')} ({status.get('reason')})" if status.get("reason") else status.get("phase")
+                raise ConfigError(f"TrainingJob/{self.name} will not end: it is {why}: {blocked}")
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"TrainingJob/{self.name} is still {status.get('phase')} after {timeout} s")
             time.sleep(poll)
@@ -189,6 +195,11 @@ class Run:
 
 
 def _status(project: Project, key: ResourceKey) -> Record:
+    return _look(project, key)[0]
+
+
+def _look(project: Project, key: ResourceKey) -> tuple[Record, str | None]:
+    """The record's status after a refresh, and why it can never move on by itself (`waiting.blocked_by`), or None."""
     store = project.open_state()
     try:
         # Under the apply lease, as `nodus wait` refreshes: while an apply holds it, the stored status is read as
@@ -196,11 +207,12 @@ def _status(project: Project, key: ResourceKey) -> Record:
         with contextlib.suppress(LeaseHeld):
             refresh_under_lease(project, store, "sdk status")
         record = store.get(key)
+        blocked = None if record is None else blocked_by(record, store)
     finally:
         store.close()
     if record is None:
         raise ConfigError(f"{key} is not in the project's state store ({project.root})")
-    return Record(record.status)
+    return Record(record.status), blocked
 
 
 class _Tail:
