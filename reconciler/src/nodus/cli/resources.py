@@ -110,9 +110,22 @@ def _records(store: StateStore, kind: str, name: str | None, namespace: str | No
     if name is not None:
         records = [r for r in records if r.key.name == name]
         if not records:
-            where = f" in project {namespace}" if namespace else ""
-            raise ConfigError(f"{kind}/{name} not found{where}", hint=f"nodus get {kind.lower()} lists them")
+            raise not_found(store, kind, name, namespace)
     return records
+
+
+def not_found(store: StateStore, kind: str, name: str, namespace: str | None) -> ConfigError:
+    """The one line for a resource the store does not hold: `TrainingJob/echo-rn not found in project default (did
+    you mean echo-run?)`, with the command that lists what there is (or that creates it, when there is nothing)."""
+    from nodus.specs.parse import suggest
+
+    where = f" in project {namespace}" if namespace else ""
+    known = sorted({record.key.name for record in store.list(kind, namespace)})
+    close = suggest(name, known)
+    meant = f" (did you mean {close}?)" if close else ""
+    listing = f"nodus get {kind.lower()}" + (f" -n {namespace}" if namespace else "")
+    hint = f"{listing} lists them" if known else f"nodus apply creates it from its file; {listing} lists what there is"
+    return ConfigError(f"{kind}/{name} not found{where}{meant}", hint=hint)
 
 
 def _missing(store: StateStore, kind: str, namespace: str | None, stored: set[ResourceKey]) -> list[ResourceRecord]:
@@ -342,7 +355,7 @@ def describe(target: str, name: str | None, namespace: str | None, state: str | 
             _describe_catalog(project, store, name, record)
             return
         if record is None:
-            raise ConfigError(f"{kind}/{name} not found", hint=f"nodus get {kind.lower()} lists them")
+            raise not_found(store, kind, name, namespace)
         import yaml
 
         line(f"Name:        {record.key.name}")
@@ -451,13 +464,15 @@ def wait(
     key = ResourceKey(kind, namespace or DEFAULT_PROJECT, name)
     requeues = Requeues()  # a job waiting on a dependency: said, and reconciled again after its delay
     try:
+        if store.get(key) is None:  # nothing to wait for: said at once, not at the timeout
+            raise not_found(store, kind, name, namespace)
         _refresh(project, store, f"nodus wait {target}")
         while True:
             for text in requeues.look(project, store, [key], f"nodus wait {target}"):
                 err_line(text)
             record = store.get(key)
-            if record is None:
-                raise ConfigError(f"{kind}/{name} not found")
+            if record is None:  # deleted while waited for
+                raise not_found(store, kind, name, namespace)
             value = jsonpath.evaluate(match.group("path"), columns.document(record))
             if value == match.group("value"):
                 line(f"{kind.lower()}/{name} condition met")

@@ -1,0 +1,70 @@
+"""The reads of stored state through the CLI (`wait`, `get`, `describe`): a resource that does not exist is one
+line at once, with a "did you mean"; a read never needs the executor (DESIGN.md section 6, "Reads need no
+executor"): with it unreachable, stored state is printed and one line says live state could not be read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nodus.cli.main import cli
+from nodus.reconciler.project import Project
+from nodus.reconciler.state.records import ResourceKey
+
+JOB = {
+    "apiVersion": "nodus.dev/v1beta1",
+    "kind": "TrainingJob",
+    "metadata": {"name": "echo-run"},
+    "spec": {"runtime": "echo", "task": "SFT", "parameters": {"steps": 3}},
+}
+KEY = ResourceKey("TrainingJob", "default", "echo-run")
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
+    """A project whose store holds one finished TrainingJob (its status as the last refresh wrote it)."""
+    (tmp_path / ".git").mkdir()  # the project root marker: never the repository these tests run in
+    monkeypatch.chdir(tmp_path)
+    found = Project.find(tmp_path)
+    store = found.open_state()
+    try:
+        store.put(KEY, JOB)
+        store.set_status(
+            KEY,
+            {
+                "phase": "Succeeded",
+                "reason": "TrainerSucceeded",
+                "launchGeneration": 1,
+                "cost": {"totalUSD": "0.42"},
+                "startedAt": 1796243000.5,
+                "endedAt": 1796243113.825876,
+            },
+        )
+    finally:
+        store.close()
+    return found
+
+
+def nodus(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_a_wait_on_a_resource_that_does_not_exist_ends_at_once_with_did_you_mean(project: Project) -> None:
+    # A long timeout: the wait ends because there is nothing to wait for, not because the time is up.
+    code, out, err = nodus("wait", "tj/echo-rn", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=1h")
+    assert code == 1 and out == "", out
+    lines = err.strip().splitlines()
+    assert "TrainingJob/echo-rn not found (did you mean echo-run?)" in lines[0], err
+    assert len(lines) <= 2 and "nodus get trainingjob" in err, err  # the line, then its hint
+    code, _, err = nodus("wait", "tj/zzz", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=1h")
+    assert code == 1 and "TrainingJob/zzz not found" in err and "did you mean" not in err, err
+
+
+def test_get_and_describe_of_a_missing_name_say_did_you_mean(project: Project) -> None:
+    code, _, err = nodus("get", "tj", "echo-rn")
+    assert code == 1 and "did you mean echo-run?" in err, err
+    code, _, err = nodus("describe", "tj/echo-rn")
+    assert code == 1 and "did you mean echo-run?" in err, err
