@@ -172,3 +172,26 @@ def test_the_sdk_wait_ends_on_a_replacement_that_cannot_launch(project: Project,
     assert (run.status()["phase"], run.status()["reason"]) == ("Pending", "ModelNotCached")
     with pytest.raises(ConfigError, match="TrainingJob/run will not end: it is Pending \\(ModelNotCached\\)"):
         run.wait(timeout=600)
+
+
+def test_a_succeeded_run_has_no_stage_and_its_launch_event_says_what_launched(
+    project: Project, fake: FakeExecutor
+) -> None:
+    (project.root / "job.yaml").write_text(training_job(3))
+    assert nodus("apply", ".", "--yes")[0] == 0
+    fake.set_phase("default", "run", "Running", stage="Exporting")
+    assert nodus("refresh")[0] == 0
+    code, out, _ = nodus("get", "tj", "run")
+    assert code == 0 and out.split()[-5:-3] == ["Running", "Exporting"], (
+        out
+    )  # STAGE while the trainer writes its outputs
+    fake.finish("default", "run", stage="Exporting")
+    assert nodus("refresh")[0] == 0
+    code, out, _ = nodus("get", "tj", "run")
+    titles, row = (line.split() for line in out.strip().splitlines())
+    assert dict(zip(titles, row, strict=False))["PHASE"] == "Succeeded" and "Exporting" not in row, out
+    code, out, _ = nodus("describe", "tj/run")
+    assert code == 0, out
+    [launched] = [line for line in out.splitlines() if " Launched " in line]
+    assert "Launched                generation 1 launched (attempt 1)" in launched, out
+    assert "is Pending" not in out, out

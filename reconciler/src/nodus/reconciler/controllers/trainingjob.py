@@ -537,6 +537,10 @@ def job_status(jobs: Executor, record: ResourceRecord) -> JSONObject:
     for field in ("reason", "message", "stage", "step", "totalSteps", "metrics", "summary", "diagnostics", "attempt"):
         if raw.get(field) not in (None, "", {}):
             status[field] = raw[field]
+    if status["phase"] == Phase.SUCCEEDED:
+        # The trainer's last report (Exporting: writing its outputs) ended when it succeeded; a run still being
+        # exported to `spec.exportTo` is said so by `exported_status`. A failed run keeps the stage it failed in.
+        status.pop("stage", None)
     if seen.cost_usd is not None:
         status["cost"] = {"totalUSD": seen.cost_usd, "limitUSD": record.spec["spec"].get("maxCostUSD")}
     if isinstance(raw.get("topology"), dict):  # a gang's shape: written once, the same across restarts
