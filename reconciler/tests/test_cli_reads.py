@@ -68,3 +68,12 @@ def test_get_and_describe_of_a_missing_name_say_did_you_mean(project: Project) -
     assert code == 1 and "did you mean echo-run?" in err, err
     code, _, err = nodus("describe", "tj/echo-rn")
     assert code == 1 and "did you mean echo-run?" in err, err
+
+
+def test_describe_shows_times_as_rfc3339_utc(project: Project) -> None:
+    code, out, _ = nodus("describe", "tj/echo-run")
+    assert code == 0, out
+    assert "endedAt: '2026-12-02T20:25:13Z'" in out and "startedAt: '2026-12-02T20:23:20Z'" in out, out
+    assert "1796243113" not in out
+    code, out, _ = nodus("get", "tj", "echo-run", "-o", "jsonpath={.status.endedAt}")
+    assert out.strip() == "1796243113.825876"  # what scripts read stays the stored number

@@ -35,6 +35,7 @@ from nodus.reconciler.state.records import (
 from nodus.reconciler.views import attempts as attempts_view
 from nodus.reconciler.views import columns, jsonpath
 from nodus.reconciler.views import results as results_view
+from nodus.reconciler.views.times import readable
 from nodus.reconciler.waiting import Requeues
 from nodus.specs.status_names import LIVE_PHASES, Phase
 
@@ -373,7 +374,7 @@ def describe(target: str, name: str | None, namespace: str | None, state: str | 
         line("Spec:")
         line(_indent(yaml.safe_dump(record.spec.get("spec", {}), sort_keys=False)))
         line("Status:")
-        line(_indent(yaml.safe_dump(record.status or _NO_STATUS, sort_keys=False)))
+        line(_indent(yaml.safe_dump(readable(record.status) or _NO_STATUS, sort_keys=False)))
         conditions = [c for c in (record.status or {}).get("conditions") or [] if isinstance(c, dict)]
         if conditions:
             line("Conditions:")
