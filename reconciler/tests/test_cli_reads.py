@@ -10,8 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 from nodus.cli.main import cli
+from nodus.errors import TemporaryError
+from nodus.reconciler.executors.choose import bound
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import ResourceKey
+from nodus.testing.fake_executor import FakeExecutor
 
 JOB = {
     "apiVersion": "nodus.dev/v1beta1",
@@ -77,3 +80,62 @@ def test_describe_shows_times_as_rfc3339_utc(project: Project) -> None:
     assert "1796243113" not in out
     code, out, _ = nodus("get", "tj", "echo-run", "-o", "jsonpath={.status.endedAt}")
     assert out.strip() == "1796243113.825876"  # what scripts read stays the stored number
+
+
+RAY = "executor: {ray: {address: 'http://127.0.0.1:9'}}\n"
+"""A project on the Ray executor, run with no token (RAY_AUTH_TOKEN unset): the executor cannot even be made."""
+
+
+def set_phase(project: Project, phase: str) -> None:
+    store = project.open_state()
+    try:
+        record = store.get(KEY)
+        assert record is not None
+        store.set_status(KEY, {**record.status, "phase": phase, "reason": ""})
+    finally:
+        store.close()
+
+
+def test_get_and_describe_of_a_finished_run_need_no_executor(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    (project.root / "nodus.yaml").write_text(RAY)
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    code, out, err = nodus("get", "tj")
+    assert code == 0 and "echo-run" in out and "Succeeded" in out and err == "", out + err
+    code, out, err = nodus("get", "tj", "-o", "wide")
+    assert code == 0 and "Succeeded" in out and err == "", out + err
+    code, out, err = nodus("describe", "tj/echo-run")
+    assert code == 0 and "phase: Succeeded" in out and err == "", out + err
+
+
+def test_a_live_run_with_the_executor_unreachable_is_shown_from_the_store_with_one_line(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (project.root / "nodus.yaml").write_text(RAY)
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    set_phase(project, "Running")
+    for args in (("get", "tj"), ("get", "tj", "-o", "wide"), ("describe", "tj/echo-run")):
+        code, out, err = nodus(*args)
+        assert code == 0 and "Running" in out, out + err
+        [said] = err.strip().splitlines()
+        assert said.startswith("note: live state could not be read (") and "no token" in said, err
+        assert said.endswith("showing the stored status"), err
+
+
+class Unreachable(FakeExecutor):
+    """An executor whose cluster does not answer (what the Ray executor raises when its dashboard is down)."""
+
+    def exists(self, project: str, name: str) -> bool:
+        raise TemporaryError("Ray at http://127.0.0.1:9: Failed to connect to the dashboard", delay=15)
+
+
+def test_a_cluster_that_does_not_answer_is_one_line_too(project: Project) -> None:
+    set_phase(project, "Running")
+    with bound(project.jobs, Unreachable()):
+        code, out, err = nodus("get", "tj", "-o", "wide")
+    assert code == 0 and "Running" in out, out + err
+    assert err.strip().splitlines() == [
+        "note: live state could not be read (Ray at http://127.0.0.1:9: Failed to connect to the dashboard); "
+        "showing the stored status"
+    ], err

@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 
 from nodus.cli.console import err_line, line, print_json, rich_console
-from nodus.errors import ConfigError
+from nodus.errors import ConfigError, NodusError
 from nodus.reconciler.controllers.base import Heartbeat
 from nodus.reconciler.controllers.coverage import has_controller, stored_only_note
 from nodus.reconciler.controllers.registry import REGISTRY
@@ -37,7 +37,7 @@ from nodus.reconciler.views import columns, jsonpath
 from nodus.reconciler.views import results as results_view
 from nodus.reconciler.views.times import readable
 from nodus.reconciler.waiting import Requeues
-from nodus.specs.status_names import LIVE_PHASES, Phase
+from nodus.specs.status_names import ENDED_PHASES, LIVE_PHASES, Phase
 
 _OUTPUT = click.STRING
 
@@ -78,13 +78,21 @@ SILENT_AFTER_S = 30.0
 
 
 def _heartbeats(project: Project, records: list[ResourceRecord]) -> dict[ResourceKey, Heartbeat]:
-    """Each record's job's last heartbeat, for the kinds whose controller runs jobs (read only)."""
+    """Each record's job's last heartbeat, for the kinds whose controller runs jobs (read only).
+
+    Reads need no executor (DESIGN.md section 6): a job whose stored status says it ended is shown from the store
+    alone, and an executor that cannot be reached (a Ray cluster down, no token) is one line on stderr, after
+    which the stored status is shown as it is."""
     found: dict[ResourceKey, Heartbeat] = {}
     for record in records:
         controller = REGISTRY.for_kind(record.key.kind)
-        if not controller.heartbeats or record.missing:
+        if not controller.heartbeats or record.missing or record.status.get("phase") in ENDED_PHASES:
             continue
-        beat = controller.heartbeat(record, project)
+        try:
+            beat = controller.heartbeat(record, project)
+        except NodusError as exc:
+            err_line(f"note: live state could not be read ({exc.message}); showing the stored status")
+            return found
         if beat is not None:
             found[record.key] = beat
     return found
