@@ -12,13 +12,15 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from nodus.errors import ConfigError
+from nodus.errors import ConfigError, NodusError
 from nodus.recipes.apply import Options
 from nodus.reconciler.controllers.trainingjob import executor
 from nodus.reconciler.executors import Executor
+from nodus.reconciler.executors.kept import kept
 from nodus.reconciler.project import Project
 from nodus.reconciler.refresh import refresh_under_lease
 from nodus.reconciler.state.records import LeaseHeld, ResourceKey
@@ -172,9 +174,7 @@ class Run:
         if outcome is not None and outcome not in set(OUTCOMES.values()):
             raise ConfigError(f"outcome={outcome!r}: an outcome is Passed, Failed or Unscored")
         last: dict[tuple[str, str], Record] = {}
-        jobs = self.jobs
-        records = jobs.gradings(self.project, self.name).records if jobs.exists(self.project, self.name) else ()
-        for record in records:
+        for record in self._gradings():
             task, verdict = record.get("taskId"), record.get("verdict")
             if not isinstance(task, str) or verdict not in OUTCOMES:
                 continue
@@ -192,6 +192,22 @@ class Run:
             for graded in last.values()
             if (phase is None or graded.phase == phase) and (outcome is None or graded.outcome == outcome)
         ]
+
+    def _gradings(self) -> Sequence[Mapping[str, Any]]:
+        """Every grading of the run, from its executor; with the executor unreachable, the copy kept on this host
+        when the run ended (`executors.kept`: reads need no executor), said in one line on stderr."""
+        try:
+            jobs = self.jobs
+            return jobs.gradings(self.project, self.name).records if jobs.exists(self.project, self.name) else ()
+        except NodusError as exc:
+            found = kept(self._where.jobs, self.project, self.name)
+            if found is None:
+                raise
+            sys.stderr.write(
+                f"note: live state could not be read ({exc.message}); the gradings of generation "
+                f"{found.generation} are the ones kept when it ended\n"
+            )
+            return found.gradings
 
 
 def _status(project: Project, key: ResourceKey) -> Record:

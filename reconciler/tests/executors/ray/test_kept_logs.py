@@ -1,5 +1,5 @@
 """Reads of finished work need no executor (DESIGN.md section 6): the Ray executor keeps each ended run's log and
-gradings on this host when it sees the run ended, and `nodus logs` of that run, with the cluster down or no token,
+gradings on this host when it sees the run ended, and `nodus logs` (and the SDK's `run.tasks()`) of that run, with the cluster down or no token,
 prints them with one line saying live state could not be read. A run still going is not kept."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from nodus.cli.main import cli
+from nodus.recipes.apply import Options
+from nodus.recipes.runs import Run
 from nodus.reconciler.executors import Workload, WorkloadKey
 from nodus.reconciler.executors.kept import kept
 from nodus.reconciler.executors.ray import RayExecutor
@@ -25,7 +27,7 @@ def status(phase: str) -> dict[str, object]:
 
 
 def test_nodus_logs_of_a_finished_ray_run_reads_the_kept_copy_with_the_cluster_down(
-    fake_jobs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fake_jobs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = tmp_path / "project"
     (root / ".git").mkdir(parents=True)
@@ -56,6 +58,10 @@ def test_nodus_logs_of_a_finished_ray_run_reads_the_kept_copy_with_the_cluster_d
         == f"1 gradings failed (InfrastructureFailure, no reward): their evidence is in the kept logs of Ray job {submission}"
     )
     assert "task t7: boom" in lines[2], lines
+    # The SDK reads the same copy: the run's gradings, with the same one line.
+    [graded] = Run(NAME, "default", Options(path=root)).tasks()
+    assert (graded["taskId"], graded["outcome"]) == ("t7", "Unscored")
+    assert "note: live state could not be read (" in capsys.readouterr().err
     # Kept as state is: readable by this user only.
     [copy] = (project.jobs / "default" / NAME / "kept" / "gen1").iterdir()
     assert copy.stat().st_mode & 0o077 == 0
