@@ -1,6 +1,7 @@
 """Reads of finished work need no executor (DESIGN.md section 6): the Ray executor keeps each ended run's log and
-gradings on this host when it sees the run ended, and `nodus logs` (and the SDK's `run.tasks()`) of that run, with the cluster down or no token,
-prints them with one line saying live state could not be read. A run still going is not kept."""
+gradings on this host when it sees the run ended, and `nodus logs` (and the SDK's `run.tasks()`) of that run, with
+the cluster down or no token, prints them with one line saying live state could not be read. A run still going is
+not kept."""
 
 from __future__ import annotations
 
