@@ -6,6 +6,7 @@ the trainer's last report; a launch's event says what launched."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -195,3 +196,45 @@ def test_a_succeeded_run_has_no_stage_and_its_launch_event_says_what_launched(
     [launched] = [line for line in out.splitlines() if " Launched " in line]
     assert "Launched                generation 1 launched (attempt 1)" in launched, out
     assert "is Pending" not in out, out
+
+
+def test_a_running_generation_replaced_by_one_that_cannot_launch_is_stopped(
+    project: Project, fake: FakeExecutor
+) -> None:
+    """The status shows generation 2 Pending: generation 1 must not go on running (and costing) out of sight."""
+    (project.root / "job.yaml").write_text(training_job(3))
+    assert nodus("apply", ".", "--yes")[0] == 0
+    fake.set_phase("default", "run", "Running", stage="Training")
+    model = f"  model: {{uri: 'hf://tiny/model@{REVISION}'}}\n"
+    (project.root / "job.yaml").write_text(training_job(5, model))
+    code, out, err = nodus("apply", ".", "--yes")
+    assert code == 0, out + err
+    assert ("cancel", "default", "run") in fake.calls
+    assert fake.observe("default", "run", generation=1).phase == "Cancelled"
+    code, out, _ = nodus(
+        "get", "tj", "run", "-o", "jsonpath={.status.phase} {.status.reason} {.status.launchGeneration}"
+    )
+    assert out.split() == ["Pending", "ModelNotCached", "2"], out
+
+
+def test_an_in_place_update_that_waits_keeps_the_running_generation(project: Project, fake: FakeExecutor) -> None:
+    """A cap raised while the job runs is no replacement: a pass that waits keeps the launch generation, and the
+    run goes on."""
+    from nodus.reconciler.controllers.trainingjob import reconcile_trainingjob
+
+    (project.root / "job.yaml").write_text(training_job(3))
+    assert nodus("apply", ".", "--yes")[0] == 0
+    fake.set_phase("default", "run", "Running", stage="Training")
+    (project.root / "job.yaml").write_text(training_job(3).replace('"1.00"', '"2.00"'))
+    assert nodus("apply", ".", "--yes")[0] == 0
+    store = project.open_state()
+    try:
+        record = store.get(TJ)
+        assert record is not None and record.generation == 2 and record.status["launchGeneration"] == 1
+        waiting = record.spec["spec"] | {"model": {"uri": f"hf://tiny/model@{REVISION}"}}
+        changed = dataclasses.replace(record, spec={**record.spec, "spec": waiting})
+        status, launched = reconcile_trainingjob(changed, project=project, store=store)
+    finally:
+        store.close()
+    assert launched is None and status["reason"] == "ModelNotCached" and status["launchGeneration"] == 1
+    assert ("cancel", "default", "run") not in fake.calls

@@ -96,7 +96,33 @@ def launch_key(record: ResourceRecord) -> str:
 def reconcile_trainingjob(
     record: ResourceRecord, *, project: Project, store: StateStore
 ) -> tuple[JSONObject, str | None]:
-    """The job's status after this pass, and the launch key if this pass launched it."""
+    """The job's status after this pass, and the launch key if this pass launched it.
+
+    A generation that did not launch in this pass (it waits on a dependency, or was refused) keeps the launch
+    generation its record has (an in-place update never becomes a replacement by waiting), and an earlier
+    generation still running is stopped: it was replaced, and the status shown is the new generation's, so the
+    old run must not go on (and cost) out of sight."""
+    status, launched = _reconcile_trainingjob(record, project=project, store=store)
+    if launched is None and status.get("phase") in (Phase.PENDING, Phase.FAILED) and "launchGeneration" not in status:
+        if record.status.get("launchGeneration") is not None:
+            status = {**status, "launchGeneration": record.status["launchGeneration"]}
+        stop_superseded(executor(project), record)
+    return status, launched
+
+
+def stop_superseded(jobs: Executor, record: ResourceRecord) -> None:
+    """Cancel the executor's run of an earlier generation than the record's, if it still runs (not waited for:
+    the launch of the new generation waits, `_stop_replaced`)."""
+    project, name = record.key.project, record.key.name
+    if not jobs.exists(project, name) or jobs.spec_of(project, name).generation >= launch_generation(record):
+        return
+    if not jobs.observe(project, name).ended:
+        jobs.cancel(project, name)
+
+
+def _reconcile_trainingjob(
+    record: ResourceRecord, *, project: Project, store: StateStore
+) -> tuple[JSONObject, str | None]:
     runtime = store.get(runtime_key(record.spec))
     known = {r.key: r.spec for kind in ("Environment", "Volume") for r in store.list(kind)}
     verdict = admit(record.spec, runtime.spec if runtime else None, known)
