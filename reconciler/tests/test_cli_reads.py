@@ -139,3 +139,16 @@ def test_a_cluster_that_does_not_answer_is_one_line_too(project: Project) -> Non
         "note: live state could not be read (Ray at http://127.0.0.1:9: Failed to connect to the dashboard); "
         "showing the stored status"
     ], err
+
+
+def test_plan_reads_no_executor_either(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    (project.root / "nodus.yaml").write_text(RAY)
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    set_phase(project, "Running")
+    (project.root / "secret.yaml").write_text(
+        "apiVersion: nodus.dev/v1\nkind: Secret\nmetadata: {name: a}\nspec: {keys: [A]}\n"
+    )
+    code, out, err = nodus("plan")
+    assert code == 2 and "Secret/a" in out and "no token" in err and "Traceback" not in out + err, out + err
+    assert [line for line in err.splitlines() if line.startswith("note: live state could not be read (")], err

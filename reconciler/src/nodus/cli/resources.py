@@ -77,7 +77,7 @@ SILENT_AFTER_S = 30.0
 """A live job whose supervisor has not heartbeated for this long may be lost (supervisors beat every 5 s)."""
 
 
-def _heartbeats(project: Project, records: list[ResourceRecord]) -> dict[ResourceKey, Heartbeat]:
+def read_heartbeats(project: Project, records: list[ResourceRecord]) -> dict[ResourceKey, Heartbeat]:
     """Each record's job's last heartbeat, for the kinds whose controller runs jobs (read only).
 
     Reads need no executor (DESIGN.md section 6): a job whose stored status says it ended is shown from the store
@@ -327,7 +327,7 @@ def _listed(
 
 def _show(project: Project, kind: str, records: list[ResourceRecord], output: str, namespace: str | None) -> None:
     """The records as asked, then, on stderr for a table, a line when a job's status is behind its heartbeat."""
-    heartbeats = _heartbeats(project, records)
+    heartbeats = read_heartbeats(project, records)
     view = None
     if _is_catalog(kind, namespace):
         from nodus.reconciler.views.catalog import COLUMNS as CATALOG_COLUMNS
@@ -371,7 +371,7 @@ def describe(target: str, name: str | None, namespace: str | None, state: str | 
         line(f"Project:     {record.key.project}")
         line(f"Kind:        {kind}")
         line(f"Generation:  {record.generation}")
-        beat = _heartbeats(project, [record]).get(record.key)
+        beat = read_heartbeats(project, [record]).get(record.key)
         if beat is not None:
             now = time.time()
             note = heartbeat_note(record, beat, now)
