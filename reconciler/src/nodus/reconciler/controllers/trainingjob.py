@@ -106,7 +106,8 @@ def reconcile_trainingjob(
     if launched is None and status.get("phase") in (Phase.PENDING, Phase.FAILED) and "launchGeneration" not in status:
         if record.status.get("launchGeneration") is not None:
             status = {**status, "launchGeneration": record.status["launchGeneration"]}
-        stop_superseded(executor(project), record)
+        if store.launches(record.key):  # an earlier generation ran: a job never launched asks no executor
+            stop_superseded(executor(project), record)
     return status, launched
 
 
