@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from nodus.cli.main import cli
+from nodus.errors import TemporaryError
 from nodus.reconciler.executors.choose import bound
 from nodus.reconciler.project import Project
 from nodus.reconciler.refresh import refresh
@@ -238,3 +239,29 @@ def test_an_in_place_update_that_waits_keeps_the_running_generation(project: Pro
         store.close()
     assert launched is None and status["reason"] == "ModelNotCached" and status["launchGeneration"] == 1
     assert ("cancel", "default", "run") not in fake.calls
+
+
+class ResumeRefused(FakeExecutor):
+    """A fake whose cluster does not answer a resume (a raised cap cannot reach the running job for now)."""
+
+    def resume(self, project: str, name: str, max_cost_usd: str | None = None) -> None:
+        raise TemporaryError("Ray at http://127.0.0.1:9: Failed to connect", delay=15)
+
+
+def test_a_pass_that_raised_keeps_the_generation_its_run_is(project: Project) -> None:
+    """An in-place update whose pass raised launched nothing: the run it has is still its current generation, so a
+    refresh goes on following it (not frozen at the failed pass, nor taken for a replacement later)."""
+    with bound(project.jobs, ResumeRefused()) as fake:
+        assert isinstance(fake, FakeExecutor)
+        (project.root / "job.yaml").write_text(training_job(3))
+        assert nodus("apply", ".", "--yes")[0] == 0
+        fake.set_phase("default", "run", "Running", stage="Training")
+        (project.root / "job.yaml").write_text(training_job(3).replace('"1.00"', '"2.00"'))
+        code, out, err = nodus("apply", ".", "--yes")
+        assert code != 0 and "Failed to connect" in out + err, out + err
+        code, out, _ = nodus("get", "tj", "run", "-o", "jsonpath={.status.launchGeneration} {.metadata.generation}")
+        assert out.split() == ["1", "2"], out
+        assert nodus("refresh")[0] == 0
+        code, out, _ = nodus("get", "tj", "run", "-o", "jsonpath={.status.phase}")
+        assert out.strip() == "Running", out
+        assert [run.spec.generation for run in fake.jobs[("default", "run")]] == [1]
