@@ -194,8 +194,9 @@ def test_a_succeeded_run_has_no_stage_and_its_launch_event_says_what_launched(
     assert dict(zip(titles, row, strict=False))["PHASE"] == "Succeeded" and "Exporting" not in row, out
     code, out, _ = nodus("describe", "tj/run")
     assert code == 0, out
-    [launched] = [line for line in out.splitlines() if " Launched " in line]
-    assert "Launched                generation 1 launched (attempt 1)" in launched, out
+    launched, running = [line for line in out.splitlines() if " Launched " in line]
+    assert launched.endswith("Launched                generation 1 launched (attempt 1)"), out
+    assert running.endswith("TrainingJob is Running"), out  # the reason kept while it runs: said as the phase
     assert "is Pending" not in out, out
 
 
