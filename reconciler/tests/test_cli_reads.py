@@ -13,7 +13,7 @@ from nodus.cli.main import cli
 from nodus.errors import TemporaryError
 from nodus.reconciler.executors.choose import bound
 from nodus.reconciler.project import Project
-from nodus.reconciler.state.records import ResourceKey
+from nodus.reconciler.state.records import Launch, ResourceKey
 from nodus.testing.fake_executor import FakeExecutor
 
 JOB = {
@@ -34,6 +34,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
     store = found.open_state()
     try:
         store.put(KEY, JOB)
+        store.record_launch(Launch("TrainingJob/default/echo-run/gen1/attempt1", KEY, job="echo-run"))
         store.set_status(
             KEY,
             {
@@ -152,3 +153,18 @@ def test_plan_reads_no_executor_either(project: Project, monkeypatch: pytest.Mon
     code, out, err = nodus("plan")
     assert code == 2 and "Secret/a" in out and "no token" in err and "Traceback" not in out + err, out + err
     assert [line for line in err.splitlines() if line.startswith("note: live state could not be read (")], err
+
+
+def test_a_job_never_launched_asks_no_executor(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    (project.root / "nodus.yaml").write_text(RAY)
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    store = project.open_state()
+    try:
+        other = ResourceKey("TrainingJob", "default", "waiting")
+        store.put(other, {**JOB, "metadata": {"name": "waiting"}})
+        store.set_status(other, {"phase": "Pending", "reason": "ModelNotCached"})
+    finally:
+        store.close()
+    code, out, err = nodus("get", "tj", "waiting", "-o", "wide")
+    assert code == 0 and "ModelNotCached" in out and err == "", out + err

@@ -147,7 +147,7 @@ def _note_statuses_behind(project: Project, store: StateStore) -> None:
         for record in store.list(controller.kind)
         if record.status.get("phase") in LIVE_PHASES
     ]
-    beats = read_heartbeats(project, live)  # an executor out of reach is one note line: a plan needs none
+    beats = read_heartbeats(project, store, live)  # an executor out of reach is one note line: a plan needs none
     behind = [
         str(record.key) for record in live if record.key in beats and heartbeat_note(record, beats[record.key], now)
     ]

@@ -77,16 +77,18 @@ SILENT_AFTER_S = 30.0
 """A live job whose supervisor has not heartbeated for this long may be lost (supervisors beat every 5 s)."""
 
 
-def read_heartbeats(project: Project, records: list[ResourceRecord]) -> dict[ResourceKey, Heartbeat]:
+def read_heartbeats(project: Project, store: StateStore, records: list[ResourceRecord]) -> dict[ResourceKey, Heartbeat]:
     """Each record's job's last heartbeat, for the kinds whose controller runs jobs (read only).
 
-    Reads need no executor (DESIGN.md section 6): a job whose stored status says it ended is shown from the store
-    alone, and an executor that cannot be reached (a Ray cluster down, no token) is one line on stderr, after
-    which the stored status is shown as it is."""
+    Reads need no executor (DESIGN.md section 6): a job whose stored status says it ended, or that never launched,
+    is shown from the store alone, and an executor that cannot be reached (a Ray cluster down, no token) is one
+    line on stderr, after which the stored status is shown as it is."""
     found: dict[ResourceKey, Heartbeat] = {}
     for record in records:
         controller = REGISTRY.for_kind(record.key.kind)
         if not controller.heartbeats or record.missing or record.status.get("phase") in ENDED_PHASES:
+            continue
+        if not store.launches(record.key):  # nothing launched yet: no job, no heartbeat to ask an executor for
             continue
         try:
             beat = controller.heartbeat(record, project)
@@ -232,13 +234,13 @@ def get(
     try:
         records = _selected(_listed(project, store, kind, name, namespace), terms)
         shown = _render_key(records)
-        _show(project, kind, records, output, namespace)
+        _show(project, store, kind, records, output, namespace)
         while watch:  # what the loop writes (apply, wait, nodus controller, nodus refresh) as it lands
             time.sleep(2)
             records = _selected(_listed(project, store, kind, name, namespace), terms)
             if _render_key(records) != shown:
                 shown = _render_key(records)
-                _show(project, kind, records, output, namespace)
+                _show(project, store, kind, records, output, namespace)
     except KeyboardInterrupt:
         pass
     finally:
@@ -325,9 +327,11 @@ def _listed(
     return records
 
 
-def _show(project: Project, kind: str, records: list[ResourceRecord], output: str, namespace: str | None) -> None:
+def _show(
+    project: Project, store: StateStore, kind: str, records: list[ResourceRecord], output: str, namespace: str | None
+) -> None:
     """The records as asked, then, on stderr for a table, a line when a job's status is behind its heartbeat."""
-    heartbeats = read_heartbeats(project, records)
+    heartbeats = read_heartbeats(project, store, records)
     view = None
     if _is_catalog(kind, namespace):
         from nodus.reconciler.views.catalog import COLUMNS as CATALOG_COLUMNS
@@ -371,7 +375,7 @@ def describe(target: str, name: str | None, namespace: str | None, state: str | 
         line(f"Project:     {record.key.project}")
         line(f"Kind:        {kind}")
         line(f"Generation:  {record.generation}")
-        beat = read_heartbeats(project, [record]).get(record.key)
+        beat = read_heartbeats(project, store, [record]).get(record.key)
         if beat is not None:
             now = time.time()
             note = heartbeat_note(record, beat, now)
