@@ -91,10 +91,11 @@ def test_a_volume_not_ready_is_waited_for(project: Project, store: StateStore, o
     record = job(store, ready=False)
     waiting = exported_status(record, {"phase": "Succeeded"}, outputs, project=project, store=store)
     assert waiting["export"]["phase"] == "Pending" and waiting["export"]["reason"] == "VolumeNotReady"
+    assert waiting["stage"] == "Exporting"  # the seeds' STAGE while the outputs are still to be written
     store.set_status(JOB, waiting)
     store.set_status(VOLUME, {"phase": "Ready", "revision": 0})
     done = exported_status(store.get(JOB), {"phase": "Succeeded"}, outputs, project=project, store=store)  # type: ignore[arg-type]
-    assert done["export"]["phase"] == "Exported" and done["export"]["revision"] == 1
+    assert done["export"]["phase"] == "Exported" and done["export"]["revision"] == 1 and "stage" not in done
 
 
 def test_a_volume_too_small_keeps_its_revision(project: Project, store: StateStore, outputs: FakeExecutor) -> None:

@@ -23,8 +23,9 @@ import click
 
 from nodus.cli.console import err_line, line
 from nodus.cli.resources import split_target
-from nodus.errors import ConfigError
+from nodus.errors import ConfigError, NodusError
 from nodus.reconciler.executors import Executor, OutputFile
+from nodus.reconciler.executors.kept import kept
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey
 from nodus.reconciler.views.warnings import failed_grading_lines
@@ -60,10 +61,24 @@ def logs(target: str, follow: bool, generation: int | None, namespace: str | Non
     from nodus.reconciler.controllers.trainingjob import executor
 
     key = _job_key(target, namespace)
-    jobs = executor(Project.find(path))
-    if not jobs.exists(key.project, key.name):
-        raise ConfigError(f"{key.kind}/{key.name} has no job yet", hint="nodus get tj shows its phase")
-    log = jobs.logs(key.project, key.name, generation)
+    project = Project.find(path)
+    try:
+        jobs = executor(project)
+        if not jobs.exists(key.project, key.name):
+            raise ConfigError(f"{key.kind}/{key.name} has no job yet", hint="nodus get tj shows its phase")
+        log = jobs.logs(key.project, key.name, generation)
+    except NodusError as exc:
+        # Reads need no executor: a run that ended is kept on this host (`executors.kept`), read from there.
+        found = kept(project.jobs, key.project, key.name, generation)
+        if found is None:
+            raise
+        err_line(
+            f"note: live state could not be read ({exc.message}); showing the kept log of generation {found.generation}"
+        )
+        _write(found.log.encode("utf-8"))
+        for text in failed_grading_lines(found.gradings, found.where):
+            err_line(text)
+        return
     while True:
         _write(log.read())
         if not follow or log.ended():

@@ -135,21 +135,22 @@ def plan_command(
 def _note_statuses_behind(project: Project, store: StateStore) -> None:
     """On stderr, as `nodus get` says it: the live jobs whose stored status is older than their heartbeat (or
     whose supervisor stopped heartbeating); read only, nothing is started or written."""
-    from nodus.cli.resources import heartbeat_note
+    from nodus.cli.resources import heartbeat_note, read_heartbeats
     from nodus.reconciler.controllers.registry import REGISTRY
     from nodus.specs.status_names import LIVE_PHASES
 
     now = time.time()
-    behind = []
-    for controller in REGISTRY:
-        if not controller.heartbeats:
-            continue
-        for record in store.list(controller.kind):
-            if record.status.get("phase") not in LIVE_PHASES:
-                continue
-            beat = controller.heartbeat(record, project)
-            if beat is not None and heartbeat_note(record, beat, now):
-                behind.append(str(record.key))
+    live = [
+        record
+        for controller in REGISTRY
+        if controller.heartbeats
+        for record in store.list(controller.kind)
+        if record.status.get("phase") in LIVE_PHASES
+    ]
+    beats = read_heartbeats(project, store, live)  # an executor out of reach is one note line: a plan needs none
+    behind = [
+        str(record.key) for record in live if record.key in beats and heartbeat_note(record, beats[record.key], now)
+    ]
     if behind:
         err_line(f"note: the status of {', '.join(behind)} is older than its job's heartbeat: run nodus refresh")
 

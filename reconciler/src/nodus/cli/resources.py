@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 
 from nodus.cli.console import err_line, line, print_json, rich_console
-from nodus.errors import ConfigError
+from nodus.errors import ConfigError, NodusError
 from nodus.reconciler.controllers.base import Heartbeat
 from nodus.reconciler.controllers.coverage import has_controller, stored_only_note
 from nodus.reconciler.controllers.registry import REGISTRY
@@ -35,8 +35,9 @@ from nodus.reconciler.state.records import (
 from nodus.reconciler.views import attempts as attempts_view
 from nodus.reconciler.views import columns, jsonpath
 from nodus.reconciler.views import results as results_view
+from nodus.reconciler.views.times import readable
 from nodus.reconciler.waiting import Requeues
-from nodus.specs.status_names import LIVE_PHASES, Phase
+from nodus.specs.status_names import ENDED_PHASES, LIVE_PHASES, Phase
 
 _OUTPUT = click.STRING
 
@@ -76,14 +77,24 @@ SILENT_AFTER_S = 30.0
 """A live job whose supervisor has not heartbeated for this long may be lost (supervisors beat every 5 s)."""
 
 
-def _heartbeats(project: Project, records: list[ResourceRecord]) -> dict[ResourceKey, Heartbeat]:
-    """Each record's job's last heartbeat, for the kinds whose controller runs jobs (read only)."""
+def read_heartbeats(project: Project, store: StateStore, records: list[ResourceRecord]) -> dict[ResourceKey, Heartbeat]:
+    """Each record's job's last heartbeat, for the kinds whose controller runs jobs (read only).
+
+    Reads need no executor (DESIGN.md section 6): a job whose stored status says it ended, or that never launched,
+    is shown from the store alone, and an executor that cannot be reached (a Ray cluster down, no token) is one
+    line on stderr, after which the stored status is shown as it is."""
     found: dict[ResourceKey, Heartbeat] = {}
     for record in records:
         controller = REGISTRY.for_kind(record.key.kind)
-        if not controller.heartbeats or record.missing:
+        if not controller.heartbeats or record.missing or record.status.get("phase") in ENDED_PHASES:
             continue
-        beat = controller.heartbeat(record, project)
+        if not store.launches(record.key):  # nothing launched yet: no job, no heartbeat to ask an executor for
+            continue
+        try:
+            beat = controller.heartbeat(record, project)
+        except NodusError as exc:
+            err_line(f"note: live state could not be read ({exc.message}); showing the stored status")
+            return found
         if beat is not None:
             found[record.key] = beat
     return found
@@ -110,9 +121,22 @@ def _records(store: StateStore, kind: str, name: str | None, namespace: str | No
     if name is not None:
         records = [r for r in records if r.key.name == name]
         if not records:
-            where = f" in project {namespace}" if namespace else ""
-            raise ConfigError(f"{kind}/{name} not found{where}", hint=f"nodus get {kind.lower()} lists them")
+            raise not_found(store, kind, name, namespace)
     return records
+
+
+def not_found(store: StateStore, kind: str, name: str, namespace: str | None) -> ConfigError:
+    """The one line for a resource the store does not hold: `TrainingJob/echo-rn not found in project default (did
+    you mean echo-run?)`, with the command that lists what there is (or that creates it, when there is nothing)."""
+    from nodus.specs.parse import suggest
+
+    where = f" in project {namespace}" if namespace else ""
+    known = sorted({record.key.name for record in store.list(kind, namespace)})
+    close = suggest(name, known)
+    meant = f" (did you mean {close}?)" if close else ""
+    listing = f"nodus get {kind.lower()}" + (f" -n {namespace}" if namespace else "")
+    hint = f"{listing} lists them" if known else f"nodus apply creates it from its file; {listing} lists what there is"
+    return ConfigError(f"{kind}/{name} not found{where}{meant}", hint=hint)
 
 
 def _missing(store: StateStore, kind: str, namespace: str | None, stored: set[ResourceKey]) -> list[ResourceRecord]:
@@ -210,13 +234,13 @@ def get(
     try:
         records = _selected(_listed(project, store, kind, name, namespace), terms)
         shown = _render_key(records)
-        _show(project, kind, records, output, namespace)
+        _show(project, store, kind, records, output, namespace)
         while watch:  # what the loop writes (apply, wait, nodus controller, nodus refresh) as it lands
             time.sleep(2)
             records = _selected(_listed(project, store, kind, name, namespace), terms)
             if _render_key(records) != shown:
                 shown = _render_key(records)
-                _show(project, kind, records, output, namespace)
+                _show(project, store, kind, records, output, namespace)
     except KeyboardInterrupt:
         pass
     finally:
@@ -303,9 +327,11 @@ def _listed(
     return records
 
 
-def _show(project: Project, kind: str, records: list[ResourceRecord], output: str, namespace: str | None) -> None:
+def _show(
+    project: Project, store: StateStore, kind: str, records: list[ResourceRecord], output: str, namespace: str | None
+) -> None:
     """The records as asked, then, on stderr for a table, a line when a job's status is behind its heartbeat."""
-    heartbeats = _heartbeats(project, records)
+    heartbeats = read_heartbeats(project, store, records)
     view = None
     if _is_catalog(kind, namespace):
         from nodus.reconciler.views.catalog import COLUMNS as CATALOG_COLUMNS
@@ -342,14 +368,14 @@ def describe(target: str, name: str | None, namespace: str | None, state: str | 
             _describe_catalog(project, store, name, record)
             return
         if record is None:
-            raise ConfigError(f"{kind}/{name} not found", hint=f"nodus get {kind.lower()} lists them")
+            raise not_found(store, kind, name, namespace)
         import yaml
 
         line(f"Name:        {record.key.name}")
         line(f"Project:     {record.key.project}")
         line(f"Kind:        {kind}")
         line(f"Generation:  {record.generation}")
-        beat = _heartbeats(project, [record]).get(record.key)
+        beat = read_heartbeats(project, store, [record]).get(record.key)
         if beat is not None:
             now = time.time()
             note = heartbeat_note(record, beat, now)
@@ -360,7 +386,7 @@ def describe(target: str, name: str | None, namespace: str | None, state: str | 
         line("Spec:")
         line(_indent(yaml.safe_dump(record.spec.get("spec", {}), sort_keys=False)))
         line("Status:")
-        line(_indent(yaml.safe_dump(record.status or _NO_STATUS, sort_keys=False)))
+        line(_indent(yaml.safe_dump(readable(record.status) or _NO_STATUS, sort_keys=False)))
         conditions = [c for c in (record.status or {}).get("conditions") or [] if isinstance(c, dict)]
         if conditions:
             line("Conditions:")
@@ -451,13 +477,15 @@ def wait(
     key = ResourceKey(kind, namespace or DEFAULT_PROJECT, name)
     requeues = Requeues()  # a job waiting on a dependency: said, and reconciled again after its delay
     try:
+        if store.get(key) is None:  # nothing to wait for: said at once, not at the timeout
+            raise not_found(store, kind, name, namespace)
         _refresh(project, store, f"nodus wait {target}")
         while True:
             for text in requeues.look(project, store, [key], f"nodus wait {target}"):
                 err_line(text)
             record = store.get(key)
-            if record is None:
-                raise ConfigError(f"{kind}/{name} not found")
+            if record is None:  # deleted while waited for
+                raise not_found(store, kind, name, namespace)
             value = jsonpath.evaluate(match.group("path"), columns.document(record))
             if value == match.group("value"):
                 line(f"{kind.lower()}/{name} condition met")

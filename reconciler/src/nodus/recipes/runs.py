@@ -12,17 +12,20 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from nodus.errors import ConfigError
+from nodus.errors import ConfigError, NodusError
 from nodus.recipes.apply import Options
 from nodus.reconciler.controllers.trainingjob import executor
 from nodus.reconciler.executors import Executor
+from nodus.reconciler.executors.kept import kept
 from nodus.reconciler.project import Project
 from nodus.reconciler.refresh import refresh_under_lease
 from nodus.reconciler.state.records import LeaseHeld, ResourceKey
 from nodus.reconciler.views.warnings import unseen
+from nodus.reconciler.waiting import blocked_by
 from nodus.specs.status_names import GradingPhase, Phase, Reason, Stage
 
 ENDED = (Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED, Phase.SUSPENDED)
@@ -126,12 +129,17 @@ class Run:
         return _status(self._where, self.key)
 
     def wait(self, timeout: float | None = None, *, poll: float = 1.0) -> Record:
-        """Wait until the run has ended (Succeeded, Failed, Cancelled or Suspended); its status then."""
+        """Wait until the run has ended (Succeeded, Failed, Cancelled or Suspended); its status then. A generation
+        that can never launch by itself (its model not cached, its Environment failed) is a ConfigError at once,
+        as `nodus wait` says it: the status is this generation's, never the previous one's."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            status = self.status()
+            status, blocked = _look(self._where, self.key)
             if status.get("phase") in ENDED:
                 return status
+            if blocked is not None:
+                why = f"{status.get('phase')} ({status.get('reason')})" if status.get("reason") else status.get("phase")
+                raise ConfigError(f"TrainingJob/{self.name} will not end: it is {why}: {blocked}")
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"TrainingJob/{self.name} is still {status.get('phase')} after {timeout} s")
             time.sleep(poll)
@@ -166,9 +174,7 @@ class Run:
         if outcome is not None and outcome not in set(OUTCOMES.values()):
             raise ConfigError(f"outcome={outcome!r}: an outcome is Passed, Failed or Unscored")
         last: dict[tuple[str, str], Record] = {}
-        jobs = self.jobs
-        records = jobs.gradings(self.project, self.name).records if jobs.exists(self.project, self.name) else ()
-        for record in records:
+        for record in self._gradings():
             task, verdict = record.get("taskId"), record.get("verdict")
             if not isinstance(task, str) or verdict not in OUTCOMES:
                 continue
@@ -187,8 +193,29 @@ class Run:
             if (phase is None or graded.phase == phase) and (outcome is None or graded.outcome == outcome)
         ]
 
+    def _gradings(self) -> Sequence[Mapping[str, Any]]:
+        """Every grading of the run, from its executor; with the executor unreachable, the copy kept on this host
+        when the run ended (`executors.kept`: reads need no executor), said in one line on stderr."""
+        try:
+            jobs = self.jobs
+            return jobs.gradings(self.project, self.name).records if jobs.exists(self.project, self.name) else ()
+        except NodusError as exc:
+            found = kept(self._where.jobs, self.project, self.name)
+            if found is None:
+                raise
+            sys.stderr.write(
+                f"note: live state could not be read ({exc.message}); the gradings of generation "
+                f"{found.generation} are the ones kept when it ended\n"
+            )
+            return found.gradings
+
 
 def _status(project: Project, key: ResourceKey) -> Record:
+    return _look(project, key)[0]
+
+
+def _look(project: Project, key: ResourceKey) -> tuple[Record, str | None]:
+    """The record's status after a refresh, and why it can never move on by itself (`waiting.blocked_by`), or None."""
     store = project.open_state()
     try:
         # Under the apply lease, as `nodus wait` refreshes: while an apply holds it, the stored status is read as
@@ -196,11 +223,12 @@ def _status(project: Project, key: ResourceKey) -> Record:
         with contextlib.suppress(LeaseHeld):
             refresh_under_lease(project, store, "sdk status")
         record = store.get(key)
+        blocked = None if record is None else blocked_by(record, store)
     finally:
         store.close()
     if record is None:
         raise ConfigError(f"{key} is not in the project's state store ({project.root})")
-    return Record(record.status)
+    return Record(record.status), blocked
 
 
 class _Tail:

@@ -30,7 +30,7 @@ from nodus.reconciler.executors import Executor, OutputManifest, locked
 from nodus.reconciler.model_cache import MANIFEST
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore
-from nodus.specs.status_names import Phase, Reason
+from nodus.specs.status_names import Phase, Reason, Stage
 
 EXPORTED = Phase.EXPORTED
 PENDING = Phase.PENDING
@@ -57,7 +57,9 @@ def exported_status(
         if isinstance(done, dict) and done.get("generation") == generation and done.get("phase") != PENDING:
             return {**status, "export": done}
         export = _export(record, jobs, volume_key, project=project, store=store)
-    return {**status, "export": {**export, "volume": volume_key.name, "generation": generation}}
+    status = {**status, "export": {**export, "volume": volume_key.name, "generation": generation}}
+    # The seeds' STAGE: `Exporting` while the outputs are still to be written to spec.exportTo, none once they are.
+    return {**status, "stage": Stage.EXPORTING} if export.get("phase") == PENDING else status
 
 
 def _export(

@@ -29,7 +29,7 @@ from nodus.reconciler.controllers.secret_controller import SecretController
 from nodus.reconciler.controllers.stored_only import StoredOnlyController
 from nodus.reconciler.controllers.trainingjob_controller import TrainingJobController
 from nodus.reconciler.controllers.volume_controller import VolumeController
-from nodus.reconciler.state.records import ResourceRecord
+from nodus.reconciler.state.records import JSONObject, ResourceRecord
 
 
 class Registry:
@@ -82,6 +82,14 @@ def reconcile(record: ResourceRecord, context: Context, registry: Registry | Non
     try:
         return controller.reconcile(record, context)
     except TemporaryError as error:
-        return Requeue(failure_status(controller, error), error.delay, controller.failure_reason, error=error)
+        status = _keeping_generation(record, failure_status(controller, error))
+        return Requeue(status, error.delay, controller.failure_reason, error=error)
     except PermanentError as error:
-        return Done(failure_status(controller, error), error=error)
+        return Done(_keeping_generation(record, failure_status(controller, error)), error=error)
+
+
+def _keeping_generation(record: ResourceRecord, status: JSONObject) -> JSONObject:
+    """A failed pass's status, keeping the generation the resource runs (`launchGeneration`): a pass that raised
+    launched nothing, so the run it has is still the one its status describes (never taken for a replacement)."""
+    launched = record.status.get("launchGeneration")
+    return status if launched is None else {**status, "launchGeneration": launched}

@@ -20,6 +20,7 @@ from nodus.reconciler.controllers.trainingjob import (
     job_status,
     launch_generation,
     reported_events,
+    runs_current_generation,
     stop_jobs,
 )
 from nodus.reconciler.executors import Executor
@@ -41,14 +42,14 @@ def failed_now(before: JSONObject, after: JSONObject) -> bool:
 
 def observe_run(record: ResourceRecord, context: Context, *, export: bool) -> Done | None:
     """The run's status as its executor reports it, after deciding what becomes of a lost run (`recover`) and,
-    with `export`, exporting the outputs of a run that Succeeded (`spec.exportTo`). None for a resource never
-    launched."""
+    with `export`, exporting the outputs of a run that Succeeded (`spec.exportTo`). None for a resource whose
+    current generation never launched: its status stays what its controller wrote (Pending with its reason)."""
     project, store, key = context.project, context.store, record.key
     if not store.launches(key):
         return None
     jobs = executor(project)
-    if not jobs.exists(key.project, key.name):
-        return None
+    if not runs_current_generation(jobs, record):
+        return None  # an earlier generation's run (a replacement not launched yet): its status is not this one's
     notes = recover(jobs, record)
     kept = {name: record.status[name] for name in KEPT if name in record.status}
     status = {**job_status(jobs, record), **kept}
@@ -91,8 +92,8 @@ def stop_run(record: ResourceRecord, context: Context) -> None:
 def run_heartbeat(record: ResourceRecord, project: Project) -> Heartbeat | None:
     """The supervisor's last heartbeat from the executor's observation; reading it starts and writes nothing."""
     jobs = executor(project)
-    if not jobs.exists(record.key.project, record.key.name):
-        return None
+    if not runs_current_generation(jobs, record):
+        return None  # an earlier generation's heartbeat says nothing of this one
     raw = jobs.observe(record.key.project, record.key.name).raw
     value = raw.get("heartbeatAt")
     if not isinstance(value, int | float) or value <= 0:

@@ -186,9 +186,25 @@ def _condition_events(store: StateStore, record: ResourceRecord, before: JSONObj
             store.add_event(Event(record.key, "Warning", reason, str(condition.get("message") or reason)))
 
 
+def _launched(status: JSONObject) -> str:
+    """`generation 2 launched (attempt 1)`: what a Launched event says, rather than that the job is Pending (empty
+    once it runs: an executor may keep the reason, and `TrainingJob is Running` says that better)."""
+    if status.get("phase") != Phase.PENDING:
+        return ""
+    generation, attempt = status.get("launchGeneration"), status.get("attempt")
+    what = f"generation {generation} launched" if generation else "launched"
+    return what + (f" (attempt {attempt})" if attempt else "")
+
+
+EVENT_TEXTS: dict[str, Callable[[JSONObject], str]] = {Reason.LAUNCHED: _launched}
+"""What the event of a reason says when its status carries no message (else, or when that is empty, `KIND is
+PHASE`)."""
+
+
 def _phase_event(store: StateStore, record: ResourceRecord, before: JSONObject, status: JSONObject) -> None:
     phase, reason = status.get("phase"), status.get("reason")
     if (phase, reason) != (before.get("phase"), before.get("reason")):
         kind = "Warning" if phase in WARNING_PHASES else "Normal"
-        text = status.get("message") or f"{record.key.kind} is {phase}"
+        said = EVENT_TEXTS.get(str(reason))
+        text = status.get("message") or (said(status) if said else "") or f"{record.key.kind} is {phase}"
         store.add_event(Event(record.key, kind, str(reason or phase), str(text)))

@@ -96,7 +96,34 @@ def launch_key(record: ResourceRecord) -> str:
 def reconcile_trainingjob(
     record: ResourceRecord, *, project: Project, store: StateStore
 ) -> tuple[JSONObject, str | None]:
-    """The job's status after this pass, and the launch key if this pass launched it."""
+    """The job's status after this pass, and the launch key if this pass launched it.
+
+    A generation that did not launch in this pass (it waits on a dependency, or was refused) keeps the launch
+    generation its record has (an in-place update never becomes a replacement by waiting), and an earlier
+    generation still running is stopped: it was replaced, and the status shown is the new generation's, so the
+    old run must not go on (and cost) out of sight."""
+    status, launched = _reconcile_trainingjob(record, project=project, store=store)
+    if launched is None and status.get("phase") in (Phase.PENDING, Phase.FAILED) and "launchGeneration" not in status:
+        if record.status.get("launchGeneration") is not None:
+            status = {**status, "launchGeneration": record.status["launchGeneration"]}
+        if store.launches(record.key):  # an earlier generation ran: a job never launched asks no executor
+            stop_superseded(executor(project), record)
+    return status, launched
+
+
+def stop_superseded(jobs: Executor, record: ResourceRecord) -> None:
+    """Cancel the executor's run of an earlier generation than the record's, if it still runs (not waited for:
+    the launch of the new generation waits, `_stop_replaced`)."""
+    project, name = record.key.project, record.key.name
+    if not jobs.exists(project, name) or jobs.spec_of(project, name).generation >= launch_generation(record):
+        return
+    if not jobs.observe(project, name).ended:
+        jobs.cancel(project, name)
+
+
+def _reconcile_trainingjob(
+    record: ResourceRecord, *, project: Project, store: StateStore
+) -> tuple[JSONObject, str | None]:
     runtime = store.get(runtime_key(record.spec))
     known = {r.key: r.spec for kind in ("Environment", "Volume") for r in store.list(kind)}
     verdict = admit(record.spec, runtime.spec if runtime else None, known)
@@ -510,12 +537,18 @@ def _package_paths(environment: ResourceRecord) -> list[str]:
     return [str((spec_file.parent / package["path"]).resolve())]
 
 
+def runs_current_generation(jobs: Executor, record: ResourceRecord) -> bool:
+    """Whether the executor's job is the generation the record runs now. After a replace that has not launched
+    (its model not cached, its Environment not Ready), the executor still holds the earlier generation's job: its
+    phase, events and heartbeat are that generation's, never this record's."""
+    project, name = record.key.project, record.key.name
+    return jobs.exists(project, name) and jobs.spec_of(project, name).generation == launch_generation(record)
+
+
 def reported_events(jobs: Executor, record: ResourceRecord) -> list[JSONObject]:
     """The executor's recent events of the job (stage reports among them), oldest first; none while the job
     folder still holds an earlier generation (a replacement not launched yet): those are not this record's."""
-    if not jobs.exists(record.key.project, record.key.name):
-        return []
-    if jobs.spec_of(record.key.project, record.key.name).generation != launch_generation(record):
+    if not runs_current_generation(jobs, record):
         return []
     return [dict(event) for event in jobs.observe(record.key.project, record.key.name).events]
 
@@ -531,6 +564,10 @@ def job_status(jobs: Executor, record: ResourceRecord) -> JSONObject:
     for field in ("reason", "message", "stage", "step", "totalSteps", "metrics", "summary", "diagnostics", "attempt"):
         if raw.get(field) not in (None, "", {}):
             status[field] = raw[field]
+    if status["phase"] == Phase.SUCCEEDED:
+        # The trainer's last report (Exporting: writing its outputs) ended when it succeeded; a run still being
+        # exported to `spec.exportTo` is said so by `exported_status`. A failed run keeps the stage it failed in.
+        status.pop("stage", None)
     if seen.cost_usd is not None:
         status["cost"] = {"totalUSD": seen.cost_usd, "limitUSD": record.spec["spec"].get("maxCostUSD")}
     if isinstance(raw.get("topology"), dict):  # a gang's shape: written once, the same across restarts

@@ -41,6 +41,7 @@ from nodus.errors import ConfigError, TemporaryError
 from nodus.specs.status_names import Phase, Reason
 
 from ...project import Project
+from ..kept import KeptRun, keep
 from ..local import LocalExecutor
 from ..local.executor import SERVICES_FOLDER
 from ..local.job import locked, parse_usd, read_json, usd, write_json
@@ -246,8 +247,10 @@ class RayExecutor:
     def observe(self, project: str, name: str, generation: int | None = None) -> Observation:
         """The latest run's state: its final status marker if it wrote one, else its latest status marker with
         Ray's status; `lost` when Ray ended it with no final marker and no stop from this host. A run held back
-        (Unschedulable) is Pending with the offers tried."""
+        (Unschedulable) is Pending with the offers tried. Each run Ray ended is kept on this host (`kept.py`), so
+        its log and gradings stay readable with the cluster down."""
         runs = self._runs(project, name)
+        self._keep_ended(project, name, runs)
         notes = self._notes(project, name)
         held = notes.get("held")
         if generation is None:
@@ -444,6 +447,14 @@ class RayExecutor:
         return Gradings(records, where)
 
     # --- internals ---------------------------------------------------------------------------------------
+
+    def _keep_ended(self, project: str, name: str, runs: Sequence[Run]) -> None:
+        """The trainer's text and gradings of every ended run, kept once (an ended Ray job's log is whole)."""
+        for run in runs:
+            if run.job.ended:
+                where = f"Ray job {run.submission_id}"
+                found = KeptRun(where, run.stream.trainer, tuple(run.stream.gradings))
+                keep(self.jobs_root, project, name, (run.key.generation, run.key.attempt, run.key.run), found)
 
     def _runs(self, project: str, name: str) -> list[Run]:
         """The job's submissions on Ray, oldest first, each with its log split."""
