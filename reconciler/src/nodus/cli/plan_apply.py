@@ -9,8 +9,10 @@ nothing exported, no status written) and says on stderr when a live job's status
 `apply --wait` follows the jobs under the apply lease (`refresh_under_lease`), as `nodus wait` does.
 
 Exit codes of `nodus plan`: 0 no changes, 2 changes, 1 an error (as `terraform plan -detailed-exitcode`).
-A TrainingJob that apply would refuse (a parameter typo, a missing runtime, a lowered cap) is an error of the
-plan too: one line per problem naming the file, the job and the field, and nothing is shown as planned.
+A TrainingJob that apply would refuse (a parameter typo, a missing runtime) is an error of the plan too: one line
+per problem naming the file, the job and the field, and nothing is shown as planned. A cap the file would lower below
+its live value (raised by `nodus patch`) is drift, not a refusal: a `warning:` line with the edit that makes the file
+agree, and the live cap stays.
 Managed runtimes (`runtime: nodus/grpo-lora`) join the files' resources (`nodus.reconciler.planning.managed`).
 
 Plans are priced (`nodus.reconciler.pricing`): each TrainingJob change gets its estimate, from the price table
@@ -38,7 +40,7 @@ from nodus.cli.console import err_line, line
 from nodus.errors import ConfigError, SpecError
 from nodus.reconciler.controllers.coverage import stored_only_notes
 from nodus.reconciler.planning.desired import Desired
-from nodus.reconciler.planning.diff import Plan, plan
+from nodus.reconciler.planning.diff import Plan, drift_lines, plan
 from nodus.reconciler.planning.render import render_json, render_markdown, render_table
 from nodus.reconciler.pricing.costs import PlanCosts
 from nodus.reconciler.project import Project
@@ -66,7 +68,12 @@ def warn_stale_sources(desired: list[Desired], project: Project) -> None:
 
 
 def _make_plan(desired: list[Desired], store: StateStore, *, prune: bool, refresh_only: bool) -> Plan:
-    return plan(desired, store.list(), prune=prune, refresh_only=refresh_only, observed_serial=store.serial())
+    """The plan, with a `warning:` line on stderr for each live value it keeps over the file's (a cap raised by
+    `nodus patch`): drift, shown with the edit that makes the file agree, not a refusal of the whole repository."""
+    made = plan(desired, store.list(), prune=prune, refresh_only=refresh_only, observed_serial=store.serial())
+    for text in drift_lines(made):
+        err_line(f"warning: {text}")
+    return made
 
 
 def price(made: Plan, project: Project, store: StateStore, prices_file: Path | None) -> PlanCosts:
