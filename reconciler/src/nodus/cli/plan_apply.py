@@ -67,6 +67,18 @@ def warn_stale_sources(desired: list[Desired], project: Project) -> None:
         err_line(f"warning: {text}")
 
 
+def refuse_pruning_a_file(paths: Sequence[Path], prune: bool) -> None:
+    """`--prune` with a file would destroy every resource that file leaves out: `-f FILE` creates and updates only
+    (kubectl's `apply -f`); pruning is for the repository's folder, which holds every resource."""
+    files = [path for path in paths if path.is_file()]
+    if prune and files:
+        raise ConfigError(
+            f"{files[0]}: --prune with a file would destroy every resource that is not in it; prune from the "
+            "repository's folder",
+            hint="nodus apply --prune . (or nodus plan . --prune to see what it destroys)",
+        )
+
+
 def _make_plan(desired: list[Desired], store: StateStore, *, prune: bool, refresh_only: bool) -> Plan:
     """The plan, with a `warning:` line on stderr for each live value it keeps over the file's (a cap raised by
     `nodus patch`): drift, shown with the edit that makes the file agree, not a refusal of the whole repository."""
@@ -118,6 +130,7 @@ def plan_command(
 ) -> None:
     """Show what `nodus apply` would change and what it costs (exit 0: nothing, 2: changes, 1: error)."""
     where = path or Path.cwd()
+    refuse_pruning_a_file([where], prune)
     desired = read_desired(where)
     project = Project.find(where, state=state)
     warn_stale_sources(desired, project)
@@ -227,6 +240,7 @@ def apply_command(
         def make_plan(store: StateStore) -> Plan:
             return saved_plan
     else:
+        refuse_pruning_a_file(paths, prune)
         desired = read_desired(paths)
         warn_stale_sources(desired, project)
 
@@ -283,7 +297,7 @@ def _dry_run(paths: list[Path], output: str, prices_file: Path | None, state: st
     project = Project.find(paths[0], state=state)
     table = load_prices(project_root=project.root, prices_file=prices_file)
     records = read_records(project)
-    inputs = read_inputs(paths, project, records, warn=lambda text: err_line(text, dim=True))
+    inputs = read_inputs(paths, records)
     print_dry_run(dry_run(inputs, project=project, prices=table, now=_now()), output)
 
 

@@ -8,11 +8,10 @@ project has none yet), and the workload comes from the same `compile_workload` t
 with. It sits above pricing, apply and the controllers (it asks all three), not inside `pricing`, which must stay
 pure.
 
-What it reads, as `nodus apply PATH` would: the resources of the files named (`-f` may repeat, and take folders),
-then the rest of the project folder (the runtimes and Environments the jobs name; a file of the project that does
-not parse is left out, with a warning, rather than failing the dry run of another file), then the managed
-runtimes (`runtime: nodus/grpo-lora`) and catalog Environments (`nodus/graph-coloring@1.0.0`), then the state
-store.
+What it reads, as `nodus apply -f FILE` would: the resources of the files named (`-f` may repeat, and take
+folders), the managed runtimes (`runtime: nodus/grpo-lora`) and catalog Environments (`nodus/graph-coloring@1.0.0`)
+they name, then the state store. Nothing else of the repository: `-f FILE` means that file (as kubectl's does), so
+a runtime or Environment of another file counts once it is applied, for the dry run and apply alike.
 
 Each TrainingJob of the files gives one `kind: Job` document: `spec` (owner, command, image, launcher, env,
 resources and the cap: the workload in the Job kind's fields, so `nodus validate` reads it back), and `status`:
@@ -33,7 +32,7 @@ Each Job of the files gives its own document back: its spec as apply would store
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -47,7 +46,7 @@ from nodus.reconciler.controllers.admission import Admission, admit, suggest
 from nodus.reconciler.controllers.trainingjob import compile_workload, package_source_digest
 from nodus.reconciler.executors.workload import ModelArtifact, VolumeRevision
 from nodus.reconciler.model_cache import imported, not_cached, snapshot
-from nodus.reconciler.planning.desired import Desired, desired_from, document_of, key_of
+from nodus.reconciler.planning.desired import Desired, desired_from
 from nodus.reconciler.planning.diff import Action, plan
 from nodus.reconciler.planning.managed import with_managed
 from nodus.reconciler.planning.managed_environments import is_managed_source
@@ -73,7 +72,6 @@ PLATFORM_ENV = (
     "NODUS_ATTEMPT",
 )
 """What the supervisor sets for the trainer when it runs (values known only then)."""
-Warn = Callable[[str], None]
 DRY_RUN_KINDS = ("TrainingJob", "Job")
 """The kinds a dry run prints a document for."""
 
@@ -85,14 +83,13 @@ class Inputs:
     files: list[Desired]
     """The resources of the files named."""
     desired: list[Desired]
-    """The files' resources, then the rest of the project's, then the managed runtimes and catalog Environments
-    they name."""
+    """The files' resources, then the managed runtimes and catalog Environments they name."""
     records: list[ResourceRecord]
 
 
-def read_inputs(paths: Sequence[Path], project: Project, records: list[ResourceRecord], warn: Warn) -> Inputs:
-    """The files' resources (errors raised whole), the project's others (problems only warned) and what nodus
-    manages."""
+def read_inputs(paths: Sequence[Path], records: list[ResourceRecord]) -> Inputs:
+    """The files' resources (errors raised whole) and what nodus manages that they name; nothing else of the
+    repository is read (`-f FILE` means that file)."""
     result = parse_resources(list(paths))
     result.raise_for_errors()
     files = desired_from(result.resources)
@@ -102,21 +99,7 @@ def read_inputs(paths: Sequence[Path], project: Project, records: list[ResourceR
             f"{names}: no TrainingJob or Job to dry-run",
             hint="a dry run prices TrainingJobs and Jobs; `nodus plan PATH` shows the rest",
         )
-    known = {item.key for item in files}
-    others: list[Desired] = []
-    project_files = parse_resources([project.root])
-    if project_files.errors:
-        problems = sorted({problem.file for problem in project_files.errors})
-        warn(f"warning: left out of the dry run (they do not parse; `nodus validate`): {', '.join(problems)}")
-    for parsed in project_files.resources:
-        document = document_of(parsed.resource)
-        key = key_of(document)
-        if key in known:
-            continue
-        known.add(key)
-        source = f"{parsed.source.file}:{parsed.source.line}"
-        others.append(Desired(key, document, spec_hash(document), source, parsed.resource))
-    return Inputs(files, with_managed([*files, *others]), records)
+    return Inputs(files, with_managed(files), records)
 
 
 def inputs_of_job(job: Desired, records: list[ResourceRecord]) -> Inputs:
