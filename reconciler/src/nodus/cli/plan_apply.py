@@ -140,7 +140,7 @@ def plan_command(
         # supervisor or export outside the apply lease); it says when a job has moved on since that status.
         _note_statuses_behind(project, store)
         result = _make_plan(desired, store, prune=prune, refresh_only=refresh_only)
-        _refuse_what_apply_would(result, store, project)
+        _refuse_what_apply_would(result, store, project, prices_file)
         costs = None if refresh_only else price(result, project, store, prices_file)
     finally:
         store.close()
@@ -174,11 +174,15 @@ def _note_statuses_behind(project: Project, store: StateStore) -> None:
         err_line(f"note: the status of {', '.join(behind)} is older than its job's heartbeat: run nodus refresh")
 
 
-def _refuse_what_apply_would(made: Plan, store: StateStore, project: Project) -> None:
+def _refuse_what_apply_would(made: Plan, store: StateStore, project: Project, prices_file: Path | None) -> None:
     """The admission apply runs first, run at plan time: a typo fails the plan, not only the apply."""
     from nodus.reconciler.apply import operations_of, refusals
+    from nodus.reconciler.controllers.placement import placement_of
+    from nodus.reconciler.pricing.prices import load_prices
 
-    problems = [refusal.plan_line() for refusal in refusals(operations_of(made.actions), store, project.root)]
+    placement = placement_of(project, load_prices(project_root=project.root, prices_file=prices_file), _now())
+    found = refusals(operations_of(made.actions), store, project.root, placement=placement)
+    problems = [refusal.plan_line() for refusal in found]
     if problems:
         raise SpecError(problems, hint="nothing was planned; fix the specs and plan again")
 

@@ -19,8 +19,9 @@ resources and the cap: the workload in the Job kind's fields, so `nodus validate
 by image and manifest digests, the model by URI or Volume revision, params.json's content, the host's price),
 `platformEnv`, the names of the variables nodus sets at run time, the action apply would take, `estimate`
 (`nodus.reconciler.pricing.estimate`) and
-`blockingReasons` (admission refusals, a cap that was lowered, an Environment not built or not Ready, a model not
-in the local cache, a cap below the first hold), each `{reason, message}`; and `notes`, what apply will do that
+`blockingReasons` (admission refusals, the same `nodus plan` and apply make, with the placement apply would have:
+a GPU request this host cannot meet, a cap below the first hold, `controllers/placement.py`; an Environment not
+built or not Ready, a model not in the local cache), each `{reason, message}`; and `notes`, what apply will do that
 does not block it (a catalog Environment not built yet, which apply builds from the catalog).
 
 Each Job of the files gives its own document back: its spec as apply would store it, and `status` with the action,
@@ -43,6 +44,7 @@ from nodus.builder.oci import tags_of
 from nodus.errors import ConfigError
 from nodus.reconciler.apply import operations_of, refusals
 from nodus.reconciler.controllers.admission import Admission, admit, suggest
+from nodus.reconciler.controllers.placement import cap_below_first_hold, placement_of
 from nodus.reconciler.controllers.trainingjob import compile_workload, package_source_digest
 from nodus.reconciler.executors.workload import ModelArtifact, VolumeRevision
 from nodus.reconciler.model_cache import imported, not_cached, snapshot
@@ -59,7 +61,6 @@ from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceReco
 from nodus.specs import topology
 from nodus.specs.parse import parse_resources
 from nodus.specs.status_names import Phase, Reason
-from nodus.specs.types import format_usd
 
 PLATFORM_ENV = (
     "NODUS_ATTEMPT_API",
@@ -117,7 +118,10 @@ def dry_run(inputs: Inputs, *, project: Project, prices: PriceTable, now: dateti
     context = Context(now=now, prices=prices, project=project, records=tuple(inputs.records))
     refused: dict[ResourceKey, list[JSONObject]] = {}
     # `refusals` reads only get() and list(): the records already read stand in for the store (nothing is opened).
-    for refusal in refusals(operations_of(made.actions), cast("StateStore", _Records(inputs.records)), project.root):
+    # The admission apply runs, with the placement apply would have: what blocks here refuses apply alike.
+    placement = placement_of(project, prices, now)
+    store = cast("StateStore", _Records(inputs.records))
+    for refusal in refusals(operations_of(made.actions), store, project.root, placement=placement):
         reason = refusal.reason or Reason.MAX_COST_LOWERED
         refused.setdefault(refusal.operation.key, []).append({"reason": reason, "message": refusal.message})
     out = []
@@ -190,7 +194,6 @@ def _job_document(
         else:
             blocking += unbuilt
     blocking += _model_blocking(_model_of(job, runtime), job, context)
-    blocking += _cap_blocking(estimate)
     compiled, details = (
         _compiled(item, action, verdict, runtime, documents, sources, context, prices)
         if verdict.admitted
@@ -382,15 +385,9 @@ def _model_blocking(model: JSONObject, job: JSONObject, context: Context) -> lis
 
 
 def _cap_blocking(estimate: Estimate) -> list[JSONObject]:
-    if not estimate.cap_below_first_hold:
-        return []
-    assert estimate.cap_usd is not None
-    assert estimate.hold_needed_usd is not None
-    message = (
-        f"spec.maxCostUSD: {format_usd(estimate.cap_usd)} is below the first hold "
-        f"${format_usd(estimate.hold_needed_usd)}: raise it to start the run"
-    )
-    return [{"reason": Reason.CAP_BELOW_FIRST_HOLD, "message": message}]
+    """A plain Job's cap below its first hold, worded as admission words a TrainingJob's."""
+    message = cap_below_first_hold(estimate)
+    return [] if message is None else [{"reason": Reason.CAP_BELOW_FIRST_HOLD, "message": message}]
 
 
 def _document(key: ResourceKey, documents: Mapping[ResourceKey, JSONObject], context: Context) -> JSONObject | None:
