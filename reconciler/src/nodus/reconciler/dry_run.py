@@ -44,7 +44,7 @@ from nodus.builder.oci import tags_of
 from nodus.errors import ConfigError
 from nodus.reconciler.apply import operations_of, refusals
 from nodus.reconciler.controllers.admission import Admission, admit, suggest
-from nodus.reconciler.controllers.placement import cap_below_first_hold, placement_of
+from nodus.reconciler.controllers.placement import placement_of
 from nodus.reconciler.controllers.trainingjob import compile_workload, package_source_digest
 from nodus.reconciler.executors.workload import ModelArtifact, VolumeRevision
 from nodus.reconciler.model_cache import imported, not_cached, snapshot
@@ -52,7 +52,6 @@ from nodus.reconciler.planning.desired import Desired, desired_from
 from nodus.reconciler.planning.diff import Action, plan
 from nodus.reconciler.planning.managed import with_managed
 from nodus.reconciler.planning.managed_environments import is_managed_source
-from nodus.reconciler.pricing.estimate import Estimate
 from nodus.reconciler.pricing.facts import Context, estimate_job, estimate_job_run
 from nodus.reconciler.pricing.prices import PriceTable, launch_price
 from nodus.reconciler.project import Project
@@ -151,7 +150,7 @@ def _plain_job_document(item: Desired, action: Action, context: Context, blockin
             "source": item.source,
             **shape,
             "estimate": estimate.to_dict(),
-            "blockingReasons": [*blocking, *_cap_blocking(estimate)],
+            "blockingReasons": blocking,
         },
     }
 
@@ -382,12 +381,6 @@ def _model_blocking(model: JSONObject, job: JSONObject, context: Context) -> lis
                 }
             ]
     return []
-
-
-def _cap_blocking(estimate: Estimate) -> list[JSONObject]:
-    """A plain Job's cap below its first hold, worded as admission words a TrainingJob's."""
-    message = cap_below_first_hold(estimate)
-    return [] if message is None else [{"reason": Reason.CAP_BELOW_FIRST_HOLD, "message": message}]
 
 
 def _document(key: ResourceKey, documents: Mapping[ResourceKey, JSONObject], context: Context) -> JSONObject | None:

@@ -56,7 +56,7 @@ class TrainingJobController(ControllerBase):
         return run_heartbeat(record, project)
 
     def admit(self, record: ResourceRecord | None, desired: JSONObject, context: AdmissionContext) -> list[Refusal]:
-        return trainingjob_refusals(record, desired, context) + placement_refusals(record, desired, context)
+        return trainingjob_refusals(record, desired, context) + placement_refusals(desired, context)
 
     def blocked_by(self, record: ResourceRecord, store: StateStore) -> str | None:
         return run_blocked(record, store)
