@@ -158,6 +158,9 @@ def test_a_cap_raised_by_nodus_patch_is_drift_that_blocks_nothing(project: Path)
     assert code == 2, out + err
     assert drift in err.splitlines(), err
     assert "+ TrainingJob/second" in out and "Plan: 1 to add, 0 to change" in out, out
+    # The dry run says the same, as a note: the run keeps its live cap.
+    code, out, err = nodus("apply", "-f", "job.yaml", "--dry-run")
+    assert "TrainingJob/quickstart: warning: spec.maxCostUSD is 40.00 live" in err, out + err
     # Another in-place field of the job still updates; the live cap is kept, not lowered.
     (project / "job.yaml").write_text(job + '  maxCostUSD: "2.00"\n  expectedDuration: 10m\n')
     code, out, err = nodus("apply", ".", "--yes")

@@ -130,7 +130,18 @@ def dry_run(inputs: Inputs, *, project: Project, prices: PriceTable, now: dateti
             out.append(_job_document(item, actions[item.key], documents, sources, context, blocking, prices=prices))
         elif item.key.kind == "Job":
             out.append(_plain_job_document(item, actions[item.key], context, blocking))
+        else:
+            continue
+        _note_drift(out[-1], actions[item.key])
     return out
+
+
+def _note_drift(document: JSONObject, action: Action) -> None:
+    """A cap the file would lower below its live value stays live (`planning.diff`): a note, as plan warns of it."""
+    source = (action.source or "").rsplit(":", 1)[0]
+    notes = [f"warning: {drift.detail(source)}" for drift in action.drift]
+    if notes:
+        document["status"]["notes"] = [*document["status"].get("notes", []), *notes]
 
 
 def _plain_job_document(item: Desired, action: Action, context: Context, blocking: list[JSONObject]) -> JSONObject:

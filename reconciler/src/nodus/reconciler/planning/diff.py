@@ -138,12 +138,16 @@ class Drift:
         """`job.yaml: TrainingJob/NAME: spec.maxCostUSD is 40.00 live (...); the file says 2.00 ...: set ...`."""
         source = (action.source or "").rsplit(":", 1)[0]
         where = f"{source}: " if source else ""
+        return f"{where}{action.key.kind}/{action.key.name}: {self.detail(source)}"
+
+    def detail(self, source: str) -> str:
+        """The line without the file and resource: `spec.maxCostUSD is 40.00 live (...); ...` (`source`: the file)."""
         says = "leaves it out" if self.file is None else f"says {self.file}"
         field_name = self.path.rsplit(".", 1)[-1]
         edit = f'set {field_name}: "{self.live}"' + (f" in {source}" if source else "")
         return (
-            f"{where}{action.key.kind}/{action.key.name}: {self.path} is {self.live} live (raised by nodus patch or an "
-            f"earlier apply); the file {says} and a cap can only be raised, so {self.live} stays: {edit} to keep it"
+            f"{self.path} is {self.live} live (raised by nodus patch or an earlier apply); the file {says} and a cap "
+            f"can only be raised, so {self.live} stays: {edit} to keep it"
         )
 
 
