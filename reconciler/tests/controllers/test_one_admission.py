@@ -51,7 +51,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-def on_host(project: Path, devices: tuple[str, ...], found_by: str) -> FakeExecutor:
+def on_host(devices: tuple[str, ...], found_by: str) -> FakeExecutor:
     """A FakeExecutor for a host with these GPUs (one type name per device), found as `found_by` says."""
     return FakeExecutor(capabilities=Capabilities(services=True, host_gpus=HostGpus(devices, found_by)))
 
@@ -63,7 +63,7 @@ def blocking(out: str) -> list[tuple[str, str]]:
 
 def test_a_gpu_request_on_a_host_without_gpus_is_unschedulable_everywhere(project: Path) -> None:
     (project / "job.yaml").write_text(JOB.format(resources=H100, cap="100.00"))
-    executor = on_host(project, (), "nvidia-smi not found")
+    executor = on_host((), "nvidia-smi not found")
     unschedulable = (
         "spec.resources.gpu.type: asks for 1 GPU of h100-sxm-80g; this host has no GPU (nvidia-smi not found)"
     )
@@ -79,13 +79,13 @@ def test_a_gpu_request_on_a_host_without_gpus_is_unschedulable_everywhere(projec
     assert executor.calls == []  # nothing launched, on CPU or otherwise
 
     # A host with another GPU names what it has.
-    other = on_host(project, ("rtx4090-24g", "rtx4090-24g"), "nvidia-smi")
+    other = on_host(("rtx4090-24g", "rtx4090-24g"), "nvidia-smi")
     with bound(Project.find(project).jobs, other):
         code, out, err = nodus("plan", ".")
         assert code == 1 and "asks for 1 GPU of h100-sxm-80g; this host has 2 GPUs of rtx4090-24g" in err, err
 
     # A host with the GPU admits it (the cap is above its first hour).
-    able = on_host(project, ("h100-sxm-80g",), "nvidia-smi")
+    able = on_host(("h100-sxm-80g",), "nvidia-smi")
     with bound(Project.find(project).jobs, able):
         code, out, err = nodus("apply", "-f", "job.yaml", "-f", "runtime.yaml", "--dry-run")
         assert "Unschedulable" not in err, err
@@ -99,7 +99,7 @@ def test_a_cap_below_the_first_hold_blocks_the_dry_run_plan_and_apply_alike(
 ) -> None:
     monkeypatch.setenv("NODUS_LOCAL_PRICE_PER_HOUR", "20")
     (project / "job.yaml").write_text(JOB.format(resources="", cap="0.10"))
-    executor = on_host(project, (), "nvidia-smi not found")
+    executor = on_host((), "nvidia-smi not found")
     low = "spec.maxCostUSD: 0.10 is below the first hold $20.00"
     with bound(Project.find(project).jobs, executor):
         code, out, err = nodus("apply", "-f", "job.yaml", "-f", "runtime.yaml", "--dry-run")
