@@ -22,6 +22,17 @@ worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
 os.environ["NODUS_RUNNER_UID"] = str(10100 + (os.getpid() * 7 + int(worker.removeprefix("gw") or 0)) % 5000)
 
 
+@pytest.fixture(autouse=True)
+def _host_gpus_read_afresh() -> Iterator[None]:
+    """The local executor reads this machine's GPUs once per process (`executors/local/gpus.py`); a test that
+    declares them (`NODUS_LOCAL_GPUS`) must not see another test's, so each test reads them afresh."""
+    from nodus.reconciler.executors.local.gpus import host_gpus
+
+    host_gpus.cache_clear()
+    yield
+    host_gpus.cache_clear()
+
+
 @pytest.fixture
 def local_registry(tmp_path: Path) -> Iterator[str]:
     """Debian's docker-registry on 127.0.0.1 and a free port, storage under tmp_path: yields `127.0.0.1:PORT`

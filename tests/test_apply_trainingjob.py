@@ -180,8 +180,10 @@ def test_applies_and_looks_record_each_stage_event_once(project: Path) -> None:
 
 def test_a_cap_suspends_and_raising_it_resumes_from_the_checkpoint(project: Path) -> None:
     # $3.60 an hour is $0.0005 per 0.5 s interval; 80 steps of 0.1 s cost about $0.008 and more.
+    # expectedDuration: the runtime has no measured step time, so the first hold would be a whole hour ($3.60),
+    # which a $0.005 cap is refused below (CapBelowFirstHold); 5 s at $3.60 an hour is a $0.005 hold.
     (project / "job.yaml").write_text(
-        JOB.format(parameters="{steps: 80, sleepS: 0.1}", extra='  maxCostUSD: "0.005"\n')
+        JOB.format(parameters="{steps: 80, sleepS: 0.1}", extra='  maxCostUSD: "0.005"\n  expectedDuration: 5s\n')
     )
     assert nodus("apply", str(project), "--yes")[0] == 0
     code, output = nodus("wait", "tj/echo-run", "--for=jsonpath={.status.phase}=Suspended", "--timeout", "2m")

@@ -60,7 +60,8 @@ def project(built_quickstart: Callable[[str], Path], monkeypatch: pytest.MonkeyP
 
 
 def dry_run_estimate(path: str) -> dict[str, Any]:
-    code, output = nodus("apply", "-f", path, "--dry-run", "-o", "json")
+    # The Environment's file too: `-f FILE` reads only that file (and the store), as apply -f does.
+    code, output = nodus("apply", "-f", path, "-f", "environment.yaml", "--dry-run", "-o", "json")
     assert code == 0, output
     dry: dict[str, Any] = json.loads(output)
     estimate: dict[str, Any] = dry["status"]["estimate"]

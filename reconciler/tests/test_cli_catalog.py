@@ -34,6 +34,8 @@ def nodus(*args: str) -> tuple[int, str, str]:
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("NODUS_CATALOG_DIR", raising=False)
     monkeypatch.delenv("NODUS_RUNTIMES_DIR", raising=False)
+    # The seeds' jobs ask for an RTX 4090: this host has one (declared), so they are schedulable here.
+    monkeypatch.setenv("NODUS_LOCAL_GPUS", "rtx4090-24g")
     root = tmp_path / "project"
     root.mkdir()
     (root / "nodus.lock").write_text("lockfileVersion: 1\n")

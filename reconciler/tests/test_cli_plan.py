@@ -140,14 +140,39 @@ def test_a_parameter_typo_fails_the_plan_with_the_file_the_job_the_field_and_a_s
     assert "No TrainingJob resources found." in out
 
 
-def test_a_lowered_cap_fails_the_plan_too(project: Path) -> None:
+def test_a_cap_raised_by_nodus_patch_is_drift_that_blocks_nothing(project: Path) -> None:
     job = JOB.format(runtime="nodus/grpo-lora", parameters="{}")
     (project / "job.yaml").write_text(job + '  maxCostUSD: "2.00"\n')
     assert nodus("apply", ".", "--yes")[0] == 0
-    (project / "job.yaml").write_text(job + '  maxCostUSD: "1.00"\n')
-    code, _, err = nodus("plan", ".")
-    assert code == 1
-    assert "job.yaml: TrainingJob/quickstart: spec.maxCostUSD: a spending cap can only be raised" in err
+    code, _, err = nodus("patch", "tj/quickstart", "--type", "merge", "-p", '{"spec":{"maxCostUSD":"40"}}')
+    assert code == 0, err
+    drift = (
+        "warning: job.yaml: TrainingJob/quickstart: spec.maxCostUSD is 40.00 live (raised by nodus patch or an "
+        'earlier apply); the file says 2.00 and a cap can only be raised, so 40.00 stays: set maxCostUSD: "40.00" '
+        "in job.yaml to keep it"
+    )
+    # The job is unchanged (its live cap stays), and a second job of the repo still plans.
+    other = JOB.format(runtime="nodus/grpo-lora", parameters="{}").replace("name: quickstart", "name: second")
+    (project / "second.yaml").write_text(other)
+    code, out, err = nodus("plan", ".")
+    assert code == 2, out + err
+    assert drift in err.splitlines(), err
+    assert "+ TrainingJob/second" in out and "Plan: 1 to add, 0 to change" in out, out
+    # The dry run says the same, as a note: the run keeps its live cap.
+    code, out, err = nodus("apply", "-f", "job.yaml", "--dry-run")
+    assert "TrainingJob/quickstart: warning: spec.maxCostUSD is 40.00 live" in err, out + err
+    # Another in-place field of the job still updates; the live cap is kept, not lowered.
+    (project / "job.yaml").write_text(job + '  maxCostUSD: "2.00"\n  expectedDuration: 10m\n')
+    code, out, err = nodus("apply", ".", "--yes")
+    assert code == 0, out + err
+    assert drift in err.splitlines(), err
+    code, out, _ = nodus("get", "tj", "quickstart", "-o", "json")
+    spec = json.loads(out)["spec"]
+    assert spec["maxCostUSD"] == "40.00" and spec["expectedDuration"] == "10m"
+    # A file that agrees says nothing more.
+    (project / "job.yaml").write_text(job + '  maxCostUSD: "40.00"\n  expectedDuration: 10m\n')
+    code, out, err = nodus("plan", ".")
+    assert code == 0 and "warning" not in err, out + err
 
 
 def test_get_shows_the_change_and_describe_the_comparison(project: Path) -> None:

@@ -27,7 +27,9 @@ from nodus.reconciler.executors import (
     choose_executor,
     wait_for,
 )
+from nodus.reconciler.executors.local import gpus
 from nodus.reconciler.executors.local.job import write_json
+from nodus.reconciler.executors.protocol import HostGpus
 from nodus.reconciler.project import Project
 from nodus.testing.fake_executor import FakeExecutor
 
@@ -42,10 +44,18 @@ def spec(generation: int = 1, attempt: int = 1, **fields: Any) -> Workload:
 # --- the fake ------------------------------------------------------------------------------------------
 
 
-def test_both_executors_satisfy_the_protocol(tmp_path: Path) -> None:
+def test_both_executors_satisfy_the_protocol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeExecutor()
     assert isinstance(fake, Executor) and isinstance(LocalExecutor(tmp_path), Executor)
-    assert LocalExecutor(tmp_path).capabilities == Capabilities(gangs=False, gpu_types=(), services=True)
+    # This machine's GPUs, as declared here (the test does not depend on the host having any).
+    gpus.host_gpus.cache_clear()
+    monkeypatch.setenv(gpus.VARIABLE, "l4-24g")
+    try:
+        local = LocalExecutor(tmp_path).capabilities
+    finally:
+        gpus.host_gpus.cache_clear()
+    host = HostGpus(("l4-24g",), "$NODUS_LOCAL_GPUS")
+    assert local == Capabilities(gangs=False, gpu_types=("l4-24g",), services=True, host_gpus=host)
     fake.launch(spec())
     assert isinstance(fake.logs("default", "run"), LogReader)
 

@@ -317,3 +317,32 @@ def test_a_replaced_job_keeps_what_its_observed_run_left(status: dict[str, Any],
         assert "# keeps generation 2's outputs: nodus cp tj/quickstart:outputs/... --generation 2" in text
     else:
         assert "keeps" not in text
+
+
+JOB_WITH_CAP = """apiVersion: nodus.dev/v1beta1
+kind: TrainingJob
+metadata: {name: capped}
+spec:
+  runtime: nodus/grpo-lora
+  maxCostUSD: "2.00"
+"""
+
+
+def test_a_cap_higher_live_than_in_the_file_is_drift_kept_live() -> None:
+    (item,) = _desired(JOB_WITH_CAP)
+    raised = _stored(item, lambda document: document["spec"].update(maxCostUSD="40.00"))
+    action = _only([item], [raised])
+    # The live cap stays: nothing else differs, so nothing is done, and the drift says what to edit.
+    assert action.type == "noop" and action.desired["spec"]["maxCostUSD"] == "40.00"
+    assert [(drift.path, drift.live, drift.file) for drift in action.drift] == [("spec.maxCostUSD", "40.00", "2.00")]
+    assert item.document["spec"]["maxCostUSD"] == "2.00"  # the file's document is not changed under it
+    # A saved plan carries it, and its desired document still matches its hash.
+    again = Plan.from_json(plan([item], [raised]).to_json())
+    assert again.actions[0].drift == action.drift
+    # A higher cap in the file is an ordinary raise; without a cap live there is nothing to keep.
+    lower = _stored(item, lambda document: document["spec"].update(maxCostUSD="1.00"))
+    assert _only([item], [lower]).type == "update" and not _only([item], [lower]).drift
+    # A cap the file leaves out keeps the live one too.
+    (uncapped,) = _desired(JOB_WITH_CAP.replace('  maxCostUSD: "2.00"\n', ""))
+    kept = _only([uncapped], [raised])
+    assert kept.desired["spec"]["maxCostUSD"] == "40.00" and kept.drift[0].file is None

@@ -56,7 +56,7 @@ def reasons(document: dict[str, Any]) -> list[str]:
 
 def test_the_dry_run_prints_the_workload_priced_and_writes_nothing(project: Path) -> None:
     annotate(project)
-    code, out, err = nodus("apply", "-f", "trainingjob.yaml", "--dry-run", "-o", "yaml")
+    code, out, err = nodus("apply", "-f", "trainingjob.yaml", "-f", "environment.yaml", "--dry-run", "-o", "yaml")
     assert code == 1, out  # not built, not cached: blocked
     (document,) = list(yaml.safe_load_all(out))
     assert document["kind"] == "Job" and document["metadata"] == {"name": "quickstart", "project": "default"}
@@ -111,18 +111,20 @@ def test_json_and_several_files_and_folders(project: Path) -> None:
     second.mkdir()
     text = (project / "trainingjob.yaml").read_text().replace("name: quickstart", "name: second")
     (second / "second.yaml").write_text(text)
-    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "-f", "jobs", "--dry-run", "-o", "json")
+    code, out, _ = nodus(
+        "apply", "-f", "trainingjob.yaml", "-f", "environment.yaml", "-f", "jobs", "--dry-run", "-o", "json"
+    )
     assert code == 1, out
     listed = json.loads(out)
     assert listed["kind"] == "List"
     assert [item["metadata"]["name"] for item in listed["items"]] == ["quickstart", "second"]
-    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run", "-o", "json")
+    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "-f", "environment.yaml", "--dry-run", "-o", "json")
     assert json.loads(out)["kind"] == "Job"
 
 
 def test_an_admission_refusal_and_a_low_cap_block_it(project: Path) -> None:
     annotate(project, **{"learningRate:": "learning_rate:"})
-    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run")
+    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "-f", "environment.yaml", "--dry-run")
     assert code == 1, out
     (document,) = list(yaml.safe_load_all(out))
     assert reasons(document)[0] == "InvalidParameters"
@@ -130,14 +132,14 @@ def test_an_admission_refusal_and_a_low_cap_block_it(project: Path) -> None:
     assert "env" not in document["spec"] and "workload" not in document["status"]  # nothing compiled: refused
 
     annotate(project, **{"learning_rate:": "learningRate:", 'maxCostUSD: "1.00"': 'maxCostUSD: "0.01"'})
-    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run")
+    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "-f", "environment.yaml", "--dry-run")
     (document,) = list(yaml.safe_load_all(out))
     assert "CapBelowFirstHold" in reasons(document)
     assert document["status"]["estimate"]["firstHoldUSD"] == "0.01"
 
 
 def test_an_unknown_model_size_is_unpriced_not_free(project: Path) -> None:
-    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run")
+    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "-f", "environment.yaml", "--dry-run")
     assert code == 1, out
     (document,) = list(yaml.safe_load_all(out))
     estimate = document["status"]["estimate"]
@@ -149,14 +151,16 @@ def test_an_unknown_model_size_is_unpriced_not_free(project: Path) -> None:
 def test_prices_from_a_file_and_the_project(project: Path, tmp_path: Path) -> None:
     annotate(project, maxCostUSD="expectedDuration: 1h\n  maxCostUSD")
     (project / "prices.yaml").write_text('version: "team-3"\ncpu: {local: "1.00"}\n')
-    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run", "-o", "json")
+    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "-f", "environment.yaml", "--dry-run", "-o", "json")
     assert code == 1, out
     estimate = json.loads(out)["status"]["estimate"]
     # $NODUS_LOCAL_PRICE_PER_HOUR (3.60) still wins over the project's cpu.local.
     assert estimate["prices"]["version"] == "team-3" and estimate["costUSD"] == "3.60"
     flag = tmp_path / "flag.yaml"
     flag.write_text('version: "flag-1"\n')
-    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run", "-o", "json", "--prices", str(flag))
+    code, out, _ = nodus(
+        "apply", "-f", "trainingjob.yaml", "-f", "environment.yaml", "--dry-run", "-o", "json", "--prices", str(flag)
+    )
     assert code == 1, out
     prices = json.loads(out)["status"]["estimate"]["prices"]
     assert prices["version"] == "flag-1" and prices["overrides"][-2:] == [str(flag), "$NODUS_LOCAL_PRICE_PER_HOUR"]
@@ -165,7 +169,7 @@ def test_prices_from_a_file_and_the_project(project: Path, tmp_path: Path) -> No
 def test_every_blocking_reason_is_listed_and_exits_1(project: Path) -> None:
     # Two parameter typos and an Environment that is not built: admission stops at the first; the dry run lists all.
     annotate(project, **{"learningRate:": "learning_rate:", "saveSteps:": "save_steps:"})
-    code, out, err = nodus("apply", "-f", "trainingjob.yaml", "--dry-run")
+    code, out, err = nodus("apply", "-f", "trainingjob.yaml", "-f", "environment.yaml", "--dry-run")
     assert code == 1, out
     (document,) = list(yaml.safe_load_all(out))
     assert reasons(document) == ["InvalidParameters", "InvalidParameters", "EnvironmentNotReady", "ModelNotCached"]
@@ -185,7 +189,7 @@ def test_every_blocking_reason_is_listed_and_exits_1(project: Path) -> None:
 @pytest.mark.parametrize("typo", [False, True])
 def test_the_printed_job_is_valid_input_to_validate(project: Path, typo: bool) -> None:
     annotate(project, **({"learningRate:": "learning_rate:"} if typo else {}))
-    _, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run")
+    _, out, _ = nodus("apply", "-f", "trainingjob.yaml", "-f", "environment.yaml", "--dry-run")
     (project / "compiled.yaml").write_text(out)
     code, said, err = nodus("validate", "compiled.yaml")
     assert code == 0, said + err
@@ -202,16 +206,43 @@ def test_a_dry_run_with_nothing_blocking_exits_0(project: Path, tmp_path: Path) 
         "apiVersion: nodus.dev/v1beta1\nkind: TrainingJob\nmetadata: {name: plain}\n"
         "spec: {runtime: plain, expectedDuration: 1m, resources: {cpu: 1}}\n"
     )
-    code, out, err = nodus("apply", "-f", "plain.yaml", "--dry-run")
+    code, out, err = nodus("apply", "-f", "plain.yaml", "-f", "runtime.yaml", "--dry-run")
     assert code == 0, out + err
     (document,) = list(yaml.safe_load_all(out))
     assert document["status"]["blockingReasons"] == [] and err == ""
 
 
+def test_a_file_means_that_file_and_never_prunes(project: Path) -> None:
+    """`-f FILE` reads that file (and the catalog's runtimes it names, and the store), as `nodus apply -f FILE`
+    does: an unrelated file of the repository that does not parse is not read, and a sibling's Environment that was
+    never applied is missing for both alike."""
+    annotate(project)
+    (project / "notes").mkdir()
+    (project / "notes" / "broken.yaml").write_text("apiVersion: nodus.dev/v1\nkind: Nonsense\nmetadata: {}\n")
+    code, out, err = nodus("apply", "-f", "trainingjob.yaml", "-f", "environment.yaml", "--dry-run")
+    assert "left out" not in err and "broken.yaml" not in err, err
+    assert reasons(next(yaml.safe_load_all(out))) == ["EnvironmentNotReady", "ModelNotCached"]
+    code, out, err = nodus("apply", "-f", "trainingjob.yaml", "--dry-run")
+    assert code == 1 and "broken.yaml" not in err, err
+    (document,) = list(yaml.safe_load_all(out))
+    assert reasons(document)[0] == "EnvironmentNotFound"
+    code, out, applied = nodus("apply", "-f", "trainingjob.yaml", "--yes")
+    assert code == 1 and "EnvironmentNotFound" in applied, out + applied  # apply says the same
+    # A file never prunes: what is not in it is not deleted (kubectl's apply -f creates and updates only).
+    code, out, err = nodus("apply", "-f", "environment.yaml", "--prune", "--yes")
+    assert code == 1, out + err
+    assert err.splitlines()[0] == (
+        "error: environment.yaml: --prune with a file would destroy every resource that is not in it; "
+        "prune from the repository's folder"
+    ), err
+    code, out, err = nodus("plan", "environment.yaml", "--prune")
+    assert code == 1 and "--prune with a file" in err, out + err
+
+
 def test_what_a_dry_run_refuses(project: Path) -> None:
     code, _, err = nodus("apply", "-f", "environment.yaml", "--dry-run")
     assert code == 1 and "no TrainingJob or Job to dry-run" in err
-    code, _, err = nodus("apply", "-f", "trainingjob.yaml", "-o", "yaml")
+    code, _, err = nodus("apply", "-f", "trainingjob.yaml", "-f", "environment.yaml", "-o", "yaml")
     assert code == 1 and "-o is for --dry-run" in err
 
 

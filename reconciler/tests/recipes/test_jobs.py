@@ -29,6 +29,7 @@ def test_grpo_lora_compiles_a_trainingjob_that_validates(
 ) -> None:
     (tmp_path / "no-catalog").mkdir()
     monkeypatch.setenv("NODUS_CATALOG_DIR", str(tmp_path / "no-catalog"))  # an empty catalog: nothing named exists
+    monkeypatch.setenv("NODUS_LOCAL_GPUS", "rtx4090-24g")  # the GPU it asks for is on this host
     job = rl.grpo_lora(
         model="nodus/tiny-qwen3",
         environment="nodus/arithmetic@2.0.0",

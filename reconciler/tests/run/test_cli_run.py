@@ -26,11 +26,14 @@ def nodus(*args: str) -> tuple[int, str, str]:
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty project (a nodus.lock with nothing built), the host's price at 0 and the catalog's price table."""
+    """An empty project (a nodus.lock with nothing built), the host's price at 0, the catalog's price table and 8
+    H100s on this host."""
     root = tmp_path / "project"
     root.mkdir()
     (root / "nodus.lock").write_text("lockfileVersion: 1\nenvironments: {}\n")
     monkeypatch.setenv("NODUS_ACCOUNTING_INTERVAL", "0.5")
+    # This host has 8 H100s (declared): a gang's shape is priced here, not refused as Unschedulable.
+    monkeypatch.setenv("NODUS_LOCAL_GPUS", ",".join(["h100-sxm-80g"] * 8))
     for name in ("NODUS_PRICES", "NODUS_STATE", "NODUS_HOME", "NODUS_LOCAL_PRICE_PER_HOUR"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(root)
@@ -153,3 +156,15 @@ def test_apply_dry_run_prices_a_plain_job_of_the_files(project: Path) -> None:
     assert float(estimate["costUSD"]) == pytest.approx(2 * float(estimate["perHourUSD"]))  # 2h at 16 GPUs' rate
     assert "gangHoldUSD" in estimate and "assemblyBoundUSD" in estimate
     assert not (project / ".nodus").exists()
+
+
+def test_a_gpu_run_this_host_cannot_meet_is_refused_by_the_dry_run_and_the_run_alike(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NODUS_LOCAL_GPUS", "none")
+    said = "Unschedulable: spec.resources.gpu.type: asks for 1 GPU of h100-sxm-80g; this host has no GPU"
+    code, out, err = nodus("run", "--dry-run", "--name", "needs-gpu", "--gpu", "H100", "--", "python", "-c", "0")
+    assert code == 1 and said in err, out + err
+    code, out, err = nodus("run", "--name", "needs-gpu", "--gpu", "H100", "--", "python", "-c", "0")
+    assert code == 1 and said in err, out + err  # refused before anything is written: never run on the CPU
+    assert nodus("get", "job", "needs-gpu")[0] != 0

@@ -9,8 +9,10 @@ nothing exported, no status written) and says on stderr when a live job's status
 `apply --wait` follows the jobs under the apply lease (`refresh_under_lease`), as `nodus wait` does.
 
 Exit codes of `nodus plan`: 0 no changes, 2 changes, 1 an error (as `terraform plan -detailed-exitcode`).
-A TrainingJob that apply would refuse (a parameter typo, a missing runtime, a lowered cap) is an error of the
-plan too: one line per problem naming the file, the job and the field, and nothing is shown as planned.
+A TrainingJob that apply would refuse (a parameter typo, a missing runtime) is an error of the plan too: one line
+per problem naming the file, the job and the field, and nothing is shown as planned. A cap the file would lower below
+its live value (raised by `nodus patch`) is drift, not a refusal: a `warning:` line with the edit that makes the file
+agree, and the live cap stays.
 Managed runtimes (`runtime: nodus/grpo-lora`) join the files' resources (`nodus.reconciler.planning.managed`).
 
 Plans are priced (`nodus.reconciler.pricing`): each TrainingJob change gets its estimate, from the price table
@@ -38,7 +40,7 @@ from nodus.cli.console import err_line, line
 from nodus.errors import ConfigError, SpecError
 from nodus.reconciler.controllers.coverage import stored_only_notes
 from nodus.reconciler.planning.desired import Desired
-from nodus.reconciler.planning.diff import Plan, plan
+from nodus.reconciler.planning.diff import Plan, drift_lines, plan
 from nodus.reconciler.planning.render import render_json, render_markdown, render_table
 from nodus.reconciler.pricing.costs import PlanCosts
 from nodus.reconciler.project import Project
@@ -65,8 +67,25 @@ def warn_stale_sources(desired: list[Desired], project: Project) -> None:
         err_line(f"warning: {text}")
 
 
+def refuse_pruning_a_file(paths: Sequence[Path], prune: bool) -> None:
+    """`--prune` with a file would destroy every resource that file leaves out: `-f FILE` creates and updates only
+    (kubectl's `apply -f`); pruning is for the repository's folder, which holds every resource."""
+    files = [path for path in paths if path.is_file()]
+    if prune and files:
+        raise ConfigError(
+            f"{files[0]}: --prune with a file would destroy every resource that is not in it; prune from the "
+            "repository's folder",
+            hint="nodus apply --prune . (or nodus plan . --prune to see what it destroys)",
+        )
+
+
 def _make_plan(desired: list[Desired], store: StateStore, *, prune: bool, refresh_only: bool) -> Plan:
-    return plan(desired, store.list(), prune=prune, refresh_only=refresh_only, observed_serial=store.serial())
+    """The plan, with a `warning:` line on stderr for each live value it keeps over the file's (a cap raised by
+    `nodus patch`): drift, shown with the edit that makes the file agree, not a refusal of the whole repository."""
+    made = plan(desired, store.list(), prune=prune, refresh_only=refresh_only, observed_serial=store.serial())
+    for text in drift_lines(made):
+        err_line(f"warning: {text}")
+    return made
 
 
 def price(made: Plan, project: Project, store: StateStore, prices_file: Path | None) -> PlanCosts:
@@ -111,6 +130,7 @@ def plan_command(
 ) -> None:
     """Show what `nodus apply` would change and what it costs (exit 0: nothing, 2: changes, 1: error)."""
     where = path or Path.cwd()
+    refuse_pruning_a_file([where], prune)
     desired = read_desired(where)
     project = Project.find(where, state=state)
     warn_stale_sources(desired, project)
@@ -120,7 +140,7 @@ def plan_command(
         # supervisor or export outside the apply lease); it says when a job has moved on since that status.
         _note_statuses_behind(project, store)
         result = _make_plan(desired, store, prune=prune, refresh_only=refresh_only)
-        _refuse_what_apply_would(result, store, project)
+        _refuse_what_apply_would(result, store, project, prices_file)
         costs = None if refresh_only else price(result, project, store, prices_file)
     finally:
         store.close()
@@ -155,11 +175,15 @@ def _note_statuses_behind(project: Project, store: StateStore) -> None:
         err_line(f"note: the status of {', '.join(behind)} is older than its job's heartbeat: run nodus refresh")
 
 
-def _refuse_what_apply_would(made: Plan, store: StateStore, project: Project) -> None:
+def _refuse_what_apply_would(made: Plan, store: StateStore, project: Project, prices_file: Path | None) -> None:
     """The admission apply runs first, run at plan time: a typo fails the plan, not only the apply."""
     from nodus.reconciler.apply import operations_of, refusals
+    from nodus.reconciler.controllers.placement import placement_of
+    from nodus.reconciler.pricing.prices import load_prices
 
-    problems = [refusal.plan_line() for refusal in refusals(operations_of(made.actions), store, project.root)]
+    placement = placement_of(project, load_prices(project_root=project.root, prices_file=prices_file), _now())
+    found = refusals(operations_of(made.actions), store, project.root, placement=placement)
+    problems = [refusal.plan_line() for refusal in found]
     if problems:
         raise SpecError(problems, hint="nothing was planned; fix the specs and plan again")
 
@@ -221,6 +245,7 @@ def apply_command(
         def make_plan(store: StateStore) -> Plan:
             return saved_plan
     else:
+        refuse_pruning_a_file(paths, prune)
         desired = read_desired(paths)
         warn_stale_sources(desired, project)
 
@@ -277,7 +302,7 @@ def _dry_run(paths: list[Path], output: str, prices_file: Path | None, state: st
     project = Project.find(paths[0], state=state)
     table = load_prices(project_root=project.root, prices_file=prices_file)
     records = read_records(project)
-    inputs = read_inputs(paths, project, records, warn=lambda text: err_line(text, dim=True))
+    inputs = read_inputs(paths, records)
     print_dry_run(dry_run(inputs, project=project, prices=table, now=_now()), output)
 
 

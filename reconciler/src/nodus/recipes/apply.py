@@ -21,6 +21,7 @@ from nodus.builder.lockfile import Lock
 from nodus.builder.oci import tags_of
 from nodus.errors import BuildError
 from nodus.reconciler.apply import ApplyOptions, ApplyReport, apply_plan, operations_of, refusals
+from nodus.reconciler.controllers.placement import placement_of
 from nodus.reconciler.planning.desired import Desired, desired_from
 from nodus.reconciler.planning.diff import Plan, plan
 from nodus.reconciler.planning.managed import with_managed
@@ -114,7 +115,10 @@ def preview(project: Project, desired: Sequence[Desired]) -> tuple[Plan, list[st
     store = project.open_state()
     try:
         made = plan(desired, store.list(), observed_serial=store.serial())
-        return made, [refusal.line() for refusal in refusals(operations_of(made.actions), store, project.root)]
+        return made, [
+            refusal.line()
+            for refusal in refusals(operations_of(made.actions), store, project.root, placement=placement_of(project))
+        ]
     finally:
         store.close()
 

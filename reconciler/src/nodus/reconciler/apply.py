@@ -34,6 +34,7 @@ from nodus.reconciler.controllers.base import (
     AdmissionContext,
     Context,
     Done,
+    Placement,
     PlannedState,
     Requeue,
     failure_status,
@@ -41,6 +42,7 @@ from nodus.reconciler.controllers.base import (
 )
 from nodus.reconciler.controllers.base import ApplyOptions as ApplyOptions  # apply's options, as before
 from nodus.reconciler.controllers.base import Reporter as Reporter
+from nodus.reconciler.controllers.placement import placement_of
 from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.planning.diff import Action, Plan, stale_reasons, wave_of
 from nodus.reconciler.project import Project, holder
@@ -201,7 +203,7 @@ def apply_operations(
     """Carry out `operations` (the caller holds the lease): admission, then writes and controllers per wave."""
     options = options or ApplyOptions()
     report = reporter or silent
-    _admit_all(operations, store, project.root)
+    _admit_all(operations, store, project)
     result = ApplyReport()
     for number in sorted({wave(op.key.kind) for op in operations}):
         batch = [op for op in operations if wave(op.key.kind) == number]
@@ -241,13 +243,20 @@ ADMITTED_ACTIONS = frozenset({"create", "update", "replace"})
 """The actions whose desired document is admitted (a noop was admitted when it was written; a delete writes none)."""
 
 
-def refusals(operations: Sequence[Operation], store: StateStore, project_root: Path | None = None) -> list[PlanRefusal]:
+def refusals(
+    operations: Sequence[Operation],
+    store: StateStore,
+    project_root: Path | None = None,
+    *,
+    placement: Placement | None = None,
+) -> list[PlanRefusal]:
     """What the controllers of the resources that `operations` create, change or replace would refuse
     (`Controller.admit`, through the registry), against the store as it would be after them (a runtime or
     Environment of the same plan counts). Only reads the store (`get` and `list`).
 
     Who calls it: apply, before writing anything, `nodus plan`, so a typo fails the plan too, the SDK's preview
-    and `nodus apply --dry-run`."""
+    and `nodus apply --dry-run`, each with the project's `placement` (`controllers.placement.placement_of`), so a
+    GPU request the host cannot meet or a cap below the first hold blocks all of them alike."""
     pending = {op.key: op.document for op in operations if op.document is not None}
     planned = PlannedState(store, pending)
     found: list[PlanRefusal] = []
@@ -255,14 +264,16 @@ def refusals(operations: Sequence[Operation], store: StateStore, project_root: P
         if op.document is None or op.action not in ADMITTED_ACTIONS:
             continue
         controller = registry.REGISTRY.for_kind(op.key.kind)
-        said = controller.admit(store.get(op.key), op.document, AdmissionContext(planned, op.action, project_root))
+        context = AdmissionContext(planned, op.action, project_root, placement)
+        said = controller.admit(store.get(op.key), op.document, context)
         found += [PlanRefusal(op, refusal.reason, refusal.message) for refusal in said]
     return found
 
 
-def _admit_all(operations: Sequence[Operation], store: StateStore, project_root: Path) -> None:
+def _admit_all(operations: Sequence[Operation], store: StateStore, project: Project) -> None:
     """Refuse the whole apply if any resource it writes would not be admitted (nothing written yet)."""
-    problems = [refusal.line() for refusal in refusals(operations, store, project_root)]
+    found = refusals(operations, store, project.root, placement=placement_of(project))
+    problems = [refusal.line() for refusal in found]
     if problems:
         raise SpecError(problems, hint="nothing was applied; fix the specs and apply again")
 

@@ -8,11 +8,10 @@ project has none yet), and the workload comes from the same `compile_workload` t
 with. It sits above pricing, apply and the controllers (it asks all three), not inside `pricing`, which must stay
 pure.
 
-What it reads, as `nodus apply PATH` would: the resources of the files named (`-f` may repeat, and take folders),
-then the rest of the project folder (the runtimes and Environments the jobs name; a file of the project that does
-not parse is left out, with a warning, rather than failing the dry run of another file), then the managed
-runtimes (`runtime: nodus/grpo-lora`) and catalog Environments (`nodus/graph-coloring@1.0.0`), then the state
-store.
+What it reads, as `nodus apply -f FILE` would: the resources of the files named (`-f` may repeat, and take
+folders), the managed runtimes (`runtime: nodus/grpo-lora`) and catalog Environments (`nodus/graph-coloring@1.0.0`)
+they name, then the state store. Nothing else of the repository: `-f FILE` means that file (as kubectl's does), so
+a runtime or Environment of another file counts once it is applied, for the dry run and apply alike.
 
 Each TrainingJob of the files gives one `kind: Job` document: `spec` (owner, command, image, launcher, env,
 resources and the cap: the workload in the Job kind's fields, so `nodus validate` reads it back), and `status`:
@@ -20,8 +19,9 @@ resources and the cap: the workload in the Job kind's fields, so `nodus validate
 by image and manifest digests, the model by URI or Volume revision, params.json's content, the host's price),
 `platformEnv`, the names of the variables nodus sets at run time, the action apply would take, `estimate`
 (`nodus.reconciler.pricing.estimate`) and
-`blockingReasons` (admission refusals, a cap that was lowered, an Environment not built or not Ready, a model not
-in the local cache, a cap below the first hold), each `{reason, message}`; and `notes`, what apply will do that
+`blockingReasons` (admission refusals, the same `nodus plan` and apply make, with the placement apply would have:
+a GPU request this host cannot meet, a cap below the first hold, `controllers/placement.py`; an Environment not
+built or not Ready, a model not in the local cache), each `{reason, message}`; and `notes`, what apply will do that
 does not block it (a catalog Environment not built yet, which apply builds from the catalog).
 
 Each Job of the files gives its own document back: its spec as apply would store it, and `status` with the action,
@@ -33,7 +33,7 @@ Each Job of the files gives its own document back: its spec as apply would store
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -44,14 +44,14 @@ from nodus.builder.oci import tags_of
 from nodus.errors import ConfigError
 from nodus.reconciler.apply import operations_of, refusals
 from nodus.reconciler.controllers.admission import Admission, admit, suggest
+from nodus.reconciler.controllers.placement import placement_of
 from nodus.reconciler.controllers.trainingjob import compile_workload, package_source_digest
 from nodus.reconciler.executors.workload import ModelArtifact, VolumeRevision
 from nodus.reconciler.model_cache import imported, not_cached, snapshot
-from nodus.reconciler.planning.desired import Desired, desired_from, document_of, key_of
+from nodus.reconciler.planning.desired import Desired, desired_from
 from nodus.reconciler.planning.diff import Action, plan
 from nodus.reconciler.planning.managed import with_managed
 from nodus.reconciler.planning.managed_environments import is_managed_source
-from nodus.reconciler.pricing.estimate import Estimate
 from nodus.reconciler.pricing.facts import Context, estimate_job, estimate_job_run
 from nodus.reconciler.pricing.prices import PriceTable, launch_price
 from nodus.reconciler.project import Project
@@ -60,7 +60,6 @@ from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceReco
 from nodus.specs import topology
 from nodus.specs.parse import parse_resources
 from nodus.specs.status_names import Phase, Reason
-from nodus.specs.types import format_usd
 
 PLATFORM_ENV = (
     "NODUS_ATTEMPT_API",
@@ -73,7 +72,6 @@ PLATFORM_ENV = (
     "NODUS_ATTEMPT",
 )
 """What the supervisor sets for the trainer when it runs (values known only then)."""
-Warn = Callable[[str], None]
 DRY_RUN_KINDS = ("TrainingJob", "Job")
 """The kinds a dry run prints a document for."""
 
@@ -85,14 +83,13 @@ class Inputs:
     files: list[Desired]
     """The resources of the files named."""
     desired: list[Desired]
-    """The files' resources, then the rest of the project's, then the managed runtimes and catalog Environments
-    they name."""
+    """The files' resources, then the managed runtimes and catalog Environments they name."""
     records: list[ResourceRecord]
 
 
-def read_inputs(paths: Sequence[Path], project: Project, records: list[ResourceRecord], warn: Warn) -> Inputs:
-    """The files' resources (errors raised whole), the project's others (problems only warned) and what nodus
-    manages."""
+def read_inputs(paths: Sequence[Path], records: list[ResourceRecord]) -> Inputs:
+    """The files' resources (errors raised whole) and what nodus manages that they name; nothing else of the
+    repository is read (`-f FILE` means that file)."""
     result = parse_resources(list(paths))
     result.raise_for_errors()
     files = desired_from(result.resources)
@@ -102,21 +99,7 @@ def read_inputs(paths: Sequence[Path], project: Project, records: list[ResourceR
             f"{names}: no TrainingJob or Job to dry-run",
             hint="a dry run prices TrainingJobs and Jobs; `nodus plan PATH` shows the rest",
         )
-    known = {item.key for item in files}
-    others: list[Desired] = []
-    project_files = parse_resources([project.root])
-    if project_files.errors:
-        problems = sorted({problem.file for problem in project_files.errors})
-        warn(f"warning: left out of the dry run (they do not parse; `nodus validate`): {', '.join(problems)}")
-    for parsed in project_files.resources:
-        document = document_of(parsed.resource)
-        key = key_of(document)
-        if key in known:
-            continue
-        known.add(key)
-        source = f"{parsed.source.file}:{parsed.source.line}"
-        others.append(Desired(key, document, spec_hash(document), source, parsed.resource))
-    return Inputs(files, with_managed([*files, *others]), records)
+    return Inputs(files, with_managed(files), records)
 
 
 def inputs_of_job(job: Desired, records: list[ResourceRecord]) -> Inputs:
@@ -134,7 +117,10 @@ def dry_run(inputs: Inputs, *, project: Project, prices: PriceTable, now: dateti
     context = Context(now=now, prices=prices, project=project, records=tuple(inputs.records))
     refused: dict[ResourceKey, list[JSONObject]] = {}
     # `refusals` reads only get() and list(): the records already read stand in for the store (nothing is opened).
-    for refusal in refusals(operations_of(made.actions), cast("StateStore", _Records(inputs.records)), project.root):
+    # The admission apply runs, with the placement apply would have: what blocks here refuses apply alike.
+    placement = placement_of(project, prices, now)
+    store = cast("StateStore", _Records(inputs.records))
+    for refusal in refusals(operations_of(made.actions), store, project.root, placement=placement):
         reason = refusal.reason or Reason.MAX_COST_LOWERED
         refused.setdefault(refusal.operation.key, []).append({"reason": reason, "message": refusal.message})
     out = []
@@ -144,7 +130,18 @@ def dry_run(inputs: Inputs, *, project: Project, prices: PriceTable, now: dateti
             out.append(_job_document(item, actions[item.key], documents, sources, context, blocking, prices=prices))
         elif item.key.kind == "Job":
             out.append(_plain_job_document(item, actions[item.key], context, blocking))
+        else:
+            continue
+        _note_drift(out[-1], actions[item.key])
     return out
+
+
+def _note_drift(document: JSONObject, action: Action) -> None:
+    """A cap the file would lower below its live value stays live (`planning.diff`): a note, as plan warns of it."""
+    source = (action.source or "").rsplit(":", 1)[0]
+    notes = [f"warning: {drift.detail(source)}" for drift in action.drift]
+    if notes:
+        document["status"]["notes"] = [*document["status"].get("notes", []), *notes]
 
 
 def _plain_job_document(item: Desired, action: Action, context: Context, blocking: list[JSONObject]) -> JSONObject:
@@ -164,7 +161,7 @@ def _plain_job_document(item: Desired, action: Action, context: Context, blockin
             "source": item.source,
             **shape,
             "estimate": estimate.to_dict(),
-            "blockingReasons": [*blocking, *_cap_blocking(estimate)],
+            "blockingReasons": blocking,
         },
     }
 
@@ -207,7 +204,6 @@ def _job_document(
         else:
             blocking += unbuilt
     blocking += _model_blocking(_model_of(job, runtime), job, context)
-    blocking += _cap_blocking(estimate)
     compiled, details = (
         _compiled(item, action, verdict, runtime, documents, sources, context, prices)
         if verdict.admitted
@@ -396,18 +392,6 @@ def _model_blocking(model: JSONObject, job: JSONObject, context: Context) -> lis
                 }
             ]
     return []
-
-
-def _cap_blocking(estimate: Estimate) -> list[JSONObject]:
-    if not estimate.cap_below_first_hold:
-        return []
-    assert estimate.cap_usd is not None
-    assert estimate.hold_needed_usd is not None
-    message = (
-        f"spec.maxCostUSD: {format_usd(estimate.cap_usd)} is below the first hold "
-        f"${format_usd(estimate.hold_needed_usd)}: raise it to start the run"
-    )
-    return [{"reason": Reason.CAP_BELOW_FIRST_HOLD, "message": message}]
 
 
 def _document(key: ResourceKey, documents: Mapping[ResourceKey, JSONObject], context: Context) -> JSONObject | None:

@@ -92,6 +92,9 @@ class Resource(SpecModel):
     """Abbreviations the CLI accepts (`tj` for TrainingJob)."""
     UPDATABLE_IN_PLACE: ClassVar[tuple[str, ...]] = ()
     """Dotted `spec` paths that may change without replacing the resource; any other change replaces it."""
+    RAISE_ONLY: ClassVar[tuple[str, ...]] = ()
+    """Dotted `spec` paths of spending caps, which can only be raised: a file lower than the live value (raised by
+    `nodus patch`) is drift the plan shows and keeps live, never a lowering (`nodus.reconciler.planning.diff`)."""
 
     metadata: Metadata
     """Name, project and labels."""

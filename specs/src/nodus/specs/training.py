@@ -231,6 +231,7 @@ class TrainingJob(Resource):
     KIND = "TrainingJob"
     SHORT_NAMES = ("tj", "trainingjob", "trainingjobs")
     UPDATABLE_IN_PLACE = ("maxCostUSD", "state", "expectedDuration", "tracking")
+    RAISE_ONLY = ("maxCostUSD",)
 
     api_version: Literal["nodus.dev/v1beta1"]
     """Always nodus.dev/v1beta1."""

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
 from nodus.errors import NodusError
+from nodus.reconciler.executors.protocol import HostGpus
+from nodus.reconciler.pricing.prices import PriceTable
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore
 from nodus.specs.status_names import Phase, Reason
@@ -133,6 +136,13 @@ class PlannedState:
         self.pending = pending
         """The documents the plan writes (creates, updates, replacements, and the unchanged ones)."""
         self._by_kind: dict[str, dict[ResourceKey, JSONObject]] = {}
+        self._records: list[ResourceRecord] | None = None
+
+    def records(self) -> list[ResourceRecord]:
+        """Every record of the store as it is now (before the plan), read once: what estimates count as running."""
+        if self._records is None:
+            self._records = self.store.list()
+        return self._records
 
     def document(self, key: ResourceKey) -> JSONObject | None:
         """The resource's document after the plan: the plan's, else the store's, else None."""
@@ -152,6 +162,21 @@ class PlannedState:
         return found
 
 
+@dataclass
+class Placement:
+    """Where and at what price a plan's jobs would launch, which admission checks a run against (a GPU request
+    the host cannot meet, a cap below the first hold), the same for the dry run, `nodus plan` and `apply`.
+
+    Who makes it: `nodus.reconciler.controllers.placement.placement_of`, once per plan."""
+
+    host_gpus: Callable[[], HostGpus | None]
+    """The GPUs of the one host the project's executor places jobs on (None: a cluster places them at launch);
+    called only for a job that asks for GPUs."""
+    prices: PriceTable
+    project: Project
+    now: datetime
+
+
 @dataclass(frozen=True)
 class AdmissionContext:
     """What a controller's `admit` may use besides the record and the desired document."""
@@ -161,6 +186,8 @@ class AdmissionContext:
     """The plan's action for the resource: create, update or replace (noop and delete are not admitted)."""
     project_root: Path | None = None
     """The project's folder (its own tables beside nodus.lock: models.yaml); None where the caller has no project."""
+    placement: Placement | None = None
+    """Where and at what price the plan's jobs would launch; None: nothing is checked against a host or a price."""
 
 
 class Controller(Protocol):

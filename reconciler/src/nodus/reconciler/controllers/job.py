@@ -18,6 +18,7 @@ from nodus.reconciler.controllers.trainingjob import (
     launch_key,
     price_in_force,
     resources_of,
+    unschedulable_refusal,
 )
 from nodus.reconciler.executors.workload import Workload, WorkloadKey
 from nodus.reconciler.project import Project
@@ -47,7 +48,7 @@ def reconcile_job(record: ResourceRecord, *, project: Project, store: StateStore
         max_cost_usd=spec.get("maxCostUSD"),
         intervals=intervals(),
     )
-    refused = gang_refusal(job.resources, jobs, "spec.distributed.nodes")
+    refused = gang_refusal(job.resources, jobs, "spec.distributed.nodes") or unschedulable_refusal(job.resources, jobs)
     if refused is not None:
         return refused, None
     if spec.get("state") == "Suspended":

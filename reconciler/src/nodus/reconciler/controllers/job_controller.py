@@ -6,12 +6,13 @@ Who calls it: `nodus.reconciler.controllers.registry` (registered for Job). The 
 
 from __future__ import annotations
 
-from nodus.reconciler.controllers.base import Context, ControllerBase, Done, Heartbeat
+from nodus.reconciler.controllers.base import AdmissionContext, Context, ControllerBase, Done, Heartbeat, Refusal
 from nodus.reconciler.controllers.blocking import run_blocked
 from nodus.reconciler.controllers.job import reconcile_job
+from nodus.reconciler.controllers.placement import placement_refusals, plain_job_estimate
 from nodus.reconciler.controllers.runs import failed_now, observe_run, run_heartbeat, stop_run
 from nodus.reconciler.project import Project
-from nodus.reconciler.state.records import ResourceRecord, StateStore
+from nodus.reconciler.state.records import JSONObject, ResourceRecord, StateStore
 
 
 class JobController(ControllerBase):
@@ -33,3 +34,7 @@ class JobController(ControllerBase):
 
     def blocked_by(self, record: ResourceRecord, store: StateStore) -> str | None:
         return run_blocked(record, store)
+
+    def admit(self, record: ResourceRecord | None, desired: JSONObject, context: AdmissionContext) -> list[Refusal]:
+        """A Job's GPUs and cap against where and at what price it would launch, as a TrainingJob's are."""
+        return placement_refusals(desired, context, plain_job_estimate)

@@ -177,7 +177,7 @@ def _reconcile_trainingjob(
     )
     if teacher is not None:
         spec = spec.with_changes(params={**spec.params, "teacherRevision": teacher.uri or _volume_name(teacher)})
-    refused = gang_refusal(spec.resources, jobs, "spec.resources.nodes")
+    refused = gang_refusal(spec.resources, jobs, "spec.resources.nodes") or unschedulable_refusal(spec.resources, jobs)
     if refused is not None:
         return refused, None
     exists = jobs.exists(record.key.project, record.key.name)
@@ -503,6 +503,16 @@ def gang_refusal(resources: Resources | None, jobs: Executor, where: str) -> JSO
         "this machine (set executor: {ray: {address: ...}} in nodus.yaml)"
     )
     return {"phase": Phase.FAILED, "reason": Reason.EXECUTOR_LACKS_GANGS, "message": message}
+
+
+def unschedulable_refusal(resources: Resources | None, jobs: Executor) -> JSONObject | None:
+    """The Failed status of a run whose GPUs the executor's one host does not have (admitted elsewhere, or before
+    the machine changed): never run on the CPU instead. None where they are, or a cluster places it at launch."""
+    host = jobs.capabilities.host_gpus if resources is not None and resources.gpu is not None else None
+    why = host.unschedulable(resources) if host is not None else None
+    if why is None:
+        return None
+    return {"phase": Phase.FAILED, "reason": Reason.UNSCHEDULABLE, "message": f"spec.resources.gpu.type: {why}"}
 
 
 def package_source_digest(project: Project, environment: ResourceRecord) -> str | None:

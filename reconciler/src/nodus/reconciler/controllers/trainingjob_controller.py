@@ -20,6 +20,7 @@ from nodus.reconciler.controllers.base import (
     Result,
 )
 from nodus.reconciler.controllers.blocking import run_blocked
+from nodus.reconciler.controllers.placement import placement_refusals
 from nodus.reconciler.controllers.runs import failed_now, observe_run, run_heartbeat, stop_run
 from nodus.reconciler.controllers.trainingjob import reconcile_trainingjob
 from nodus.reconciler.project import Project
@@ -55,7 +56,7 @@ class TrainingJobController(ControllerBase):
         return run_heartbeat(record, project)
 
     def admit(self, record: ResourceRecord | None, desired: JSONObject, context: AdmissionContext) -> list[Refusal]:
-        return trainingjob_refusals(record, desired, context)
+        return trainingjob_refusals(record, desired, context) + placement_refusals(desired, context)
 
     def blocked_by(self, record: ResourceRecord, store: StateStore) -> str | None:
         return run_blocked(record, store)

@@ -12,7 +12,7 @@ import-linter contract in pyproject.toml says so. Modules, from the bottom up:
 
 from __future__ import annotations
 
-from .choose import choose_executor
+from .choose import choose_executor, host_gpus
 from .local import LocalExecutor
 from .local.job import (
     CANCELLED,
@@ -33,6 +33,7 @@ from .protocol import (
     Capabilities,
     Executor,
     Gradings,
+    HostGpus,
     LogReader,
     Observation,
     OutputFile,
@@ -66,6 +67,7 @@ __all__ = [
     "Executor",
     "GpuResources",
     "Gradings",
+    "HostGpus",
     "Intervals",
     "JobSpec",
     "LocalExecutor",
@@ -82,6 +84,7 @@ __all__ = [
     "choose_executor",
     "copy_verified",
     "file_sha256",
+    "host_gpus",
     "locked",
     "open_regular",
     "refuse_links_between",

@@ -20,7 +20,8 @@ from nodus.errors import ConfigError
 
 from ..project import Project
 from .local import LocalExecutor
-from .protocol import Executor
+from .local.gpus import host_gpus as this_machines_gpus
+from .protocol import Executor, HostGpus
 from .ray.settings import ray_executor
 
 Factory = Callable[[Path, bool, Project | None], Executor]
@@ -37,6 +38,10 @@ EXECUTORS: Final[dict[str, Factory]] = {
     "local": lambda jobs_root, record_wire, project: LocalExecutor(jobs_root, project=project, record_wire=record_wire),
     "ray": _ray,
 }
+
+ON_THIS_HOST: Final[dict[str, Callable[[], HostGpus]]] = {"local": this_machines_gpus}
+"""The executors that place every job on this one machine, and how its GPUs are read (`host_gpus`); the others
+place on a cluster whose nodes come and go, and decide at launch (Ray: Pending, Unschedulable)."""
 
 _BOUND: dict[Path, Executor] = {}
 """Executors bound to a project's jobs folder by `bound`, by resolved path."""
@@ -69,3 +74,15 @@ def choose_executor(
         known = ", ".join(sorted(EXECUTORS))
         raise ConfigError(f"nodus.yaml: executor: {name!r} is not an executor nodus has", hint=f"one of: {known}")
     return factory(jobs_root, record_wire, project)
+
+
+def host_gpus(name: str, jobs_root: Path) -> HostGpus | None:
+    """The GPUs of the one host the executor called `name` places the project's jobs on, for admission (a GPU
+    request it cannot meet is refused before anything is written), without making the executor (a cluster's needs
+    its token and address, which a plan does not); None for an executor that places on a cluster at launch. The
+    executor `bound` to `jobs_root` says it through its capabilities."""
+    found = _BOUND.get(jobs_root.resolve()) if _BOUND else None
+    if found is not None:
+        return found.capabilities.host_gpus
+    read = ON_THIS_HOST.get(name)
+    return read() if read is not None else None

@@ -32,11 +32,39 @@ from typing import Any, BinaryIO, Protocol, runtime_checkable
 from nodus.errors import TemporaryError
 from nodus.specs.status_names import Phase
 
-from .workload import Workload
+from .workload import Resources, Workload
 
 ENDED_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED})
 WAIT_PHASES = frozenset({*ENDED_PHASES, Phase.SUSPENDED})
 """What `wait` waits for by default: a phase the job stays in until someone acts."""
+
+
+@dataclass(frozen=True)
+class HostGpus:
+    """The GPUs of the one host an executor places work on (the local executor's machine): one type name per
+    device (`h100-sxm-80g`, the price table's names), and how they were found (`nvidia-smi`, `nvidia-smi not
+    found`, `$NODUS_LOCAL_GPUS`). Admission refuses a GPU request this host cannot meet (`unschedulable`)."""
+
+    devices: tuple[str, ...] = ()
+    found_by: str = ""
+
+    def describe(self) -> str:
+        """`no GPU (nvidia-smi not found)`, `2 GPUs of rtx4090-24g`, `1 GPU of h200-141g and 1 GPU of l4-24g`."""
+        if not self.devices:
+            return f"no GPU ({self.found_by})" if self.found_by else "no GPU"
+        counts = {kind: self.devices.count(kind) for kind in sorted(set(self.devices))}
+        return " and ".join(f"{count} GPU{'s' if count != 1 else ''} of {kind}" for kind, count in counts.items())
+
+    def unschedulable(self, resources: Resources | None) -> str | None:
+        """Why `resources` (a workload's) can never run on this host: the GPU types it allows are not here, or not
+        as many per node as it asks; None when they are, or when it asks for no GPU."""
+        gpu = resources.gpu if resources is not None else None
+        if gpu is None or not gpu.types:
+            return None
+        if any(self.devices.count(kind) >= gpu.count for kind in gpu.types):
+            return None
+        asked = " or ".join(gpu.types)
+        return f"asks for {gpu.count} GPU{'s' if gpu.count != 1 else ''} of {asked}; this host has {self.describe()}"
 
 
 @dataclass(frozen=True)
@@ -50,6 +78,9 @@ class Capabilities:
     """The GPU types it can place a workload on; () for none."""
     services: bool = False
     """Long-running workloads it keeps up (inference endpoints)."""
+    host_gpus: HostGpus | None = None
+    """The GPUs of the one host it places work on (the local executor), which admission checks a GPU request
+    against; None where a cluster places work at launch (Ray: Pending, Unschedulable, until a node fits)."""
 
 
 @dataclass(frozen=True)

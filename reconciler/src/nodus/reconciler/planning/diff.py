@@ -15,16 +15,22 @@ What a resource gets:
   whatever `prune` says (`made_by_run`, below, says why);
 - no-op: the normalised documents are the same.
 
+Drift: a spending cap (a kind's `RAISE_ONLY` field) that is higher live than in the file (raised by `nodus patch`)
+stays live; the action carries it as `drift` (the plan's warnings name the edit that makes the file agree) and is
+planned as if the file said the live value, so the rest of the resource, and of the repository, still applies.
+
 Order: the dependency waves of `WAVES` (a Secret before the TrainingJob that reads it), deletes after
 everything else and in reverse, so nothing is deleted while something still depends on it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import Any, Literal, cast, get_args
 
 from nodus.errors import PlanError
@@ -114,6 +120,37 @@ class Kept:
         return {"generation": self.generation, "what": self.what}
 
 
+@dataclass(frozen=True)
+class Drift:
+    """A field the plan keeps at its live value over the file's: a spending cap raised live (`nodus patch`) that the
+    file would lower or remove, which a cap that can only be raised must not be."""
+
+    path: str
+    """Dotted from the document root: `spec.maxCostUSD`."""
+    live: Any
+    file: Any = None
+    """What the file says; None when it leaves the field out."""
+
+    def to_dict(self) -> JSONObject:
+        return {"path": self.path, "live": self.live, "file": self.file}
+
+    def line(self, action: Action) -> str:
+        """`job.yaml: TrainingJob/NAME: spec.maxCostUSD is 40.00 live (...); the file says 2.00 ...: set ...`."""
+        source = (action.source or "").rsplit(":", 1)[0]
+        where = f"{source}: " if source else ""
+        return f"{where}{action.key.kind}/{action.key.name}: {self.detail(source)}"
+
+    def detail(self, source: str) -> str:
+        """The line without the file and resource: `spec.maxCostUSD is 40.00 live (...); ...` (`source`: the file)."""
+        says = "leaves it out" if self.file is None else f"says {self.file}"
+        field_name = self.path.rsplit(".", 1)[-1]
+        edit = f'set {field_name}: "{self.live}"' + (f" in {source}" if source else "")
+        return (
+            f"{self.path} is {self.live} live (raised by nodus patch or an earlier apply); the file {says} and a cap "
+            f"can only be raised, so {self.live} stays: {edit} to keep it"
+        )
+
+
 JOB_KINDS = frozenset({"TrainingJob", "Job"})
 """Kinds whose records run as jobs in generations (a replacement is the next one)."""
 
@@ -139,6 +176,8 @@ class Action:
     """`file:line` of the desired document."""
     keeps: Kept | None = None
     """For the replace of a launched job: which generation's outputs (or logs) stay reachable."""
+    drift: tuple[Drift, ...] = ()
+    """Live values kept over the file's (a cap raised by `nodus patch`); `desired` holds the live value."""
 
     @property
     def symbol(self) -> str:
@@ -169,6 +208,8 @@ class Action:
         }
         if self.keeps is not None:
             out["keeps"] = self.keeps.to_dict()
+        if self.drift:
+            out["drift"] = [drift.to_dict() for drift in self.drift]
         return out
 
 
@@ -347,10 +388,17 @@ def _by_key(desired: Iterable[Desired]) -> dict[ResourceKey, Desired]:
     return out
 
 
+def drift_lines(made: Plan) -> list[str]:
+    """One line per live value the plan keeps over the file's (`Drift.line`), for `warning:` lines on stderr."""
+    return [drift.line(action) for action in made.actions for drift in action.drift]
+
+
 def _action_for(item: Desired, record: ResourceRecord | None) -> Action:
-    common: dict[str, Any] = {"desired": item.document, "desired_hash": item.spec_hash, "source": item.source}
     if record is None:
+        common: dict[str, Any] = {"desired": item.document, "desired_hash": item.spec_hash, "source": item.source}
         return Action("create", item.key, "not in the state store", **common)
+    item, drift = _keep_raised(item, record)
+    common = {"desired": item.document, "desired_hash": item.spec_hash, "source": item.source, "drift": drift}
     common |= {"expected_hash": record.spec_hash, "expected_generation": record.generation}
     if record.spec_hash == item.spec_hash and not record.deleting:
         return Action("noop", item.key, "matches the state store", **common)
@@ -368,6 +416,43 @@ def _action_for(item: Desired, record: ResourceRecord | None) -> Action:
         kept = _kept(record)
         return Action("replace", item.key, reason, changes=changes, forced_by=forcing.path, keeps=kept, **common)
     return Action("update", item.key, "changed in place", changes=changes, **common)
+
+
+def _keep_raised(item: Desired, record: ResourceRecord) -> tuple[Desired, tuple[Drift, ...]]:
+    """`item` with each cap of its kind's `RAISE_ONLY` that the file would lower (or remove) set to the live value,
+    and the drift that says so. A record being deleted is created afresh: nothing of it is kept."""
+    cls = BY_KIND.get(item.key.kind)
+    if cls is None or not cls.RAISE_ONLY or record.deleting:
+        return item, ()
+    document = json.loads(json.dumps(item.document))  # a copy: the parsed document stays as the file wrote it
+    found: list[Drift] = []
+    for dotted in cls.RAISE_ONLY:
+        *parents, name = dotted.split(".")
+        live_parent, file_parent = record.spec.get("spec") or {}, document.get("spec")
+        for part in parents:
+            live_parent = live_parent.get(part) if isinstance(live_parent, dict) else None
+            file_parent = file_parent.get(part) if isinstance(file_parent, dict) else None
+        if not isinstance(live_parent, dict) or not isinstance(file_parent, dict):
+            continue
+        live, wanted = live_parent.get(name), file_parent.get(name)
+        if live is None or not _lower(wanted, live):
+            continue
+        file_parent[name] = live
+        found.append(Drift(f"spec.{dotted}", live, wanted))
+    if not found:
+        return item, ()
+    return dataclasses.replace(item, document=document, spec_hash=spec_hash(document)), tuple(found)
+
+
+def _lower(wanted: Any, live: Any) -> bool:
+    """Whether the file's cap (`wanted`, None when left out) is below the live one; a value that is not a number
+    is not compared (validation refuses it elsewhere)."""
+    if wanted is None:
+        return True
+    try:
+        return Decimal(str(wanted)) < Decimal(str(live))
+    except InvalidOperation:
+        return False
 
 
 def _kept(record: ResourceRecord) -> Kept | None:
@@ -589,11 +674,17 @@ class _PlanReader:
             forced_by=self.get(data, "forcedBy", str, optional=True),
             source=self.get(data, "source", str, optional=True),
             keeps=self.kept(self.get(data, "keeps", dict, optional=True)),
+            drift=tuple(self.drift(item) for item in self.get(data, "drift", list, optional=True) or ()),
         )
         if (action.expected_hash is None) != (kind == "create"):
             raise self.fail("expected: a create expects nothing in the store, every other action a spec hash")
         self.where.pop()
         return action
+
+    def drift(self, data: Any) -> Drift:
+        if not isinstance(data, dict):
+            raise self.fail("drift: each entry must be an object with path, live and file")
+        return Drift(self.get(data, "path", str), data.get("live"), data.get("file"))
 
     def kept(self, data: Mapping[str, Any] | None) -> Kept | None:
         if data is None:

@@ -44,6 +44,7 @@ from ..process_env import base_environment, secret_variables
 from ..protocol import Capabilities, Gradings, LogReader, Observation, OutputManifest
 from ..workload import EnvironmentArtifact, Intervals, PackageSource, Workload, WorkloadKey
 from . import trainer_container
+from .gpus import host_gpus
 from .job import (
     CANCEL_REQUESTED,
     CANCELLED,
@@ -93,7 +94,8 @@ KEEP_ON_SET_ASIDE: Final = frozenset({".executor.lock", "supervisor.lock", "gene
 and the spec and workload, which the next launch overwrites (until then they say which generation the folder
 holds)."""
 LOCAL_CAPABILITIES: Final = Capabilities(gangs=False, gpu_types=(), services=True)
-"""Processes on this machine: no gangs, no GPU placement; services kept up by supervisors (`services.py`)."""
+"""Processes on this machine: no gangs; services kept up by supervisors (`services.py`); the machine's GPUs are
+added when asked (`capabilities`)."""
 SERVICES_FOLDER: Final = "services"
 """Beside the jobs folder: the services' folders (`services.py`)."""
 LIVE_PHASES: Final = frozenset({PENDING, RUNNING})
@@ -126,7 +128,9 @@ class LocalExecutor:
 
     @property
     def capabilities(self) -> Capabilities:
-        return LOCAL_CAPABILITIES
+        """No gangs, services, and this machine's GPUs (`gpus.py`): a GPU request it cannot meet is refused."""
+        gpus = host_gpus()
+        return dataclasses.replace(LOCAL_CAPABILITIES, gpu_types=tuple(sorted(set(gpus.devices))), host_gpus=gpus)
 
     def files(self, project: str, name: str) -> JobFiles:
         return JobFiles.of(self.jobs_root, project, name)
