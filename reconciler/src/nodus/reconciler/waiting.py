@@ -32,7 +32,7 @@ from nodus.reconciler.controllers.base import Context, Requeue
 from nodus.reconciler.controllers.blocking import phase_of
 from nodus.reconciler.controllers.coverage import UNSUPPORTED_PHASE
 from nodus.reconciler.controllers.status import write_status
-from nodus.reconciler.controllers.trainingjob_controller import REQUEUE_AFTER_S, WAITING_REASONS
+from nodus.reconciler.controllers.trainingjob_controller import REQUEUE_AFTER_S, WAITING_REASONS, requeue_after
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import LeaseHeld, ResourceKey, ResourceRecord, StateStore
 from nodus.specs.status_names import Phase
@@ -138,7 +138,8 @@ class Requeues:
         now = self.clock()
         for record in records:
             if requeued(record):
-                self.due.setdefault(record.key, now + self.first_after_s)
+                first = min(self.first_after_s, requeue_after(record.status.get("reason")))
+                self.due.setdefault(record.key, now + first)
         due = [record for record in records if requeued(record) and self.due[record.key] <= now]
         lines: list[str] = []
         if due:

@@ -15,8 +15,10 @@ What a resource gets:
   whatever `prune` says (`made_by_run`, below, says why);
 - no-op: the normalised documents are the same.
 
-Order: the dependency waves of `WAVES` (a Secret before the TrainingJob that reads it), deletes after
-everything else and in reverse, so nothing is deleted while something still depends on it.
+Order: the dependency waves of `WAVES` (a Secret before the TrainingJob that reads it); inside a wave, a resource
+after those of the plan it waits for (`Action.waits_for`, from `planning.dependencies`: the SFT job whose export a
+DPO job trains on comes first); deletes after everything else and in reverse, so nothing is deleted while something
+still depends on it.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast, get_args
 
 from nodus.errors import PlanError
+from nodus.reconciler.planning.dependencies import depth, waits_for
 from nodus.reconciler.planning.desired import Desired, key_of, normalise_observed
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, spec_hash
 from nodus.specs.registry import BY_KIND
@@ -139,6 +142,8 @@ class Action:
     """`file:line` of the desired document."""
     keeps: Kept | None = None
     """For the replace of a launched job: which generation's outputs (or logs) stay reachable."""
+    waits_for: tuple[ResourceKey, ...] = ()
+    """The resources of the same plan this one waits for (the job whose export it reads): applied after them."""
 
     @property
     def symbol(self) -> str:
@@ -169,6 +174,8 @@ class Action:
         }
         if self.keeps is not None:
             out["keeps"] = self.keeps.to_dict()
+        if self.waits_for:  # only when there are any: the plan.json of a plan without them reads as before
+            out["waitsFor"] = [_key_dict(key) for key in self.waits_for]
         return out
 
 
@@ -269,7 +276,7 @@ def plan(
     if refresh_only:
         return Plan((), observed_serial=observed_serial, refresh_only=True, observed_count=len(records))
     wanted = _by_key(desired)
-    actions = [_action_for(item, records.get(key)) for key, item in wanted.items()]
+    actions = _with_waits([_action_for(item, records.get(key)) for key, item in wanted.items()])
     outside = [key for key, record in records.items() if key not in wanted and not record.deleting]
     gone = sorted(key for key in outside if not created_by_sdk(records[key]) and not made_by_run(records[key]))
     if prune:
@@ -381,6 +388,16 @@ def _kept(record: ResourceRecord) -> Kept | None:
     return Kept(generation, "outputs" if record.status.get("phase") == Phase.SUCCEEDED else "logs")
 
 
+CHANGING = frozenset({"create", "update", "replace"})
+
+
+def _with_waits(actions: list[Action]) -> list[Action]:
+    """Each create, update or replace with the resources of the plan it waits for (`waits_for`)."""
+    changing = {action.key: action.desired for action in actions if action.type in CHANGING and action.desired}
+    waits = waits_for(changing)
+    return [replace(action, waits_for=waits[action.key]) if action.key in waits else action for action in actions]
+
+
 def _delete(record: ResourceRecord) -> Action:
     return Action(
         "delete",
@@ -394,8 +411,10 @@ def _delete(record: ResourceRecord) -> Action:
 def _apply_order(actions: list[Action]) -> list[Action]:
     """Creates and changes wave by wave; deletes last, in reverse waves (dependents go first)."""
 
-    def forward(action: Action) -> tuple[int, ResourceKey]:
-        return wave_of(action.key.kind), action.key
+    waits = {action.key: action.waits_for for action in actions if action.waits_for}
+
+    def forward(action: Action) -> tuple[int, int, ResourceKey]:
+        return wave_of(action.key.kind), depth(action.key, waits), action.key
 
     def backward(action: Action) -> tuple[int, ResourceKey]:
         return -wave_of(action.key.kind), action.key
@@ -589,6 +608,10 @@ class _PlanReader:
             forced_by=self.get(data, "forcedBy", str, optional=True),
             source=self.get(data, "source", str, optional=True),
             keeps=self.kept(self.get(data, "keeps", dict, optional=True)),
+            waits_for=tuple(
+                self.key(item, f"waitsFor[{index}]")
+                for index, item in enumerate(self.get(data, "waitsFor", list, optional=True) or [])
+            ),
         )
         if (action.expected_hash is None) != (kind == "create"):
             raise self.fail("expected: a create expects nothing in the store, every other action a spec hash")
