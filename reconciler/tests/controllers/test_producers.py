@@ -10,6 +10,7 @@ producer) when the producer fails. No supervisor or subprocess: a real SQLite st
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -231,3 +232,15 @@ def test_a_pinned_revision_that_exists_waits_for_nothing(
     replaced = PRODUCER.replace("runtime: echo", "runtime: echo\n  parameters: {steps: 2}")
     report = apply(project, store, RUNTIME, VOLUMES, replaced, CONSUMER)  # revision 1 is there; gen 2 makes 2
     assert "TrainingJob/default/a-dpo/gen1/attempt1" in report.launched
+
+
+def test_the_dry_run_names_the_revision_the_consumer_pins(
+    project: Project, store: StateStore, fake: FakeExecutor
+) -> None:
+    apply(project, store, RUNTIME, VOLUMES)  # Ready at revision 0; the producer of the same files will export 1
+    (project.root / "jobs.yaml").write_text("---\n".join([RUNTIME, VOLUMES, PRODUCER, CONSUMER]), encoding="utf-8")
+    result = CliRunner().invoke(cli, ["apply", "-f", str(project.root / "jobs.yaml"), "--dry-run", "-o", "json"])
+    printed = json.loads(result.stdout)
+    documents = printed["items"] if isinstance(printed, dict) else printed
+    dpo = next(document for document in documents if document["metadata"]["name"] == "a-dpo")
+    assert dpo["status"]["workload"]["model"]["volume"] == {"name": "sft-full-out", "revision": 1}

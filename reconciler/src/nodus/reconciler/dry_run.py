@@ -344,7 +344,8 @@ def _model_artifact(verdict: Admission, key: ResourceKey, context: Context) -> M
     if volume:
         found = context.record(ResourceKey("Volume", key.project, str(volume["name"])))
         if found is not None and found.status.get("phase") == Phase.READY:
-            revision = int(found.status.get("revision") or 0)
+            # The revision the job pins (the one its producer will export), else the latest, as the controller does.
+            revision = int(volume.get("revision") or found.status.get("revision") or 0)
             return ModelArtifact(volume=VolumeRevision(name=str(volume["name"]), revision=revision))
     return None
 
