@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from nodus.cli.main import cli
+from nodus.errors import PlanError
 from nodus.reconciler.apply import ApplyReport, apply_plan, operations_of, refusals
 from nodus.reconciler.controllers.base import ApplyOptions
 from nodus.reconciler.executors.choose import bound
@@ -230,6 +231,8 @@ def test_a_pinned_revision_that_exists_waits_for_nothing(
     fake.finish("default", "sft-full", outputs={"model/config.json": b"{}"})
     refresh(project, store)
     replaced = PRODUCER.replace("runtime: echo", "runtime: echo\n  parameters: {steps: 2}")
+    made = planned(project, store, RUNTIME, VOLUMES, replaced, CONSUMER)
+    assert next(action for action in made.actions if action.key == DPO).waits_for == ()  # the plan says so too
     report = apply(project, store, RUNTIME, VOLUMES, replaced, CONSUMER)  # revision 1 is there; gen 2 makes 2
     assert "TrainingJob/default/a-dpo/gen1/attempt1" in report.launched
 
@@ -244,3 +247,18 @@ def test_the_dry_run_names_the_revision_the_consumer_pins(
     documents = printed["items"] if isinstance(printed, dict) else printed
     dpo = next(document for document in documents if document["metadata"]["name"] == "a-dpo")
     assert dpo["status"]["workload"]["model"]["volume"] == {"name": "sft-full-out", "revision": 1}
+
+
+def test_jobs_that_wait_for_each_other_are_refused_at_plan_time(project: Project, store: StateStore) -> None:
+    other = PRODUCER.replace(
+        "exportTo: {volume: sft-full-out}", "exportTo: {volume: chats}\n  data: {volume: sft-full-out}"
+    )
+    consumer = CONSUMER.replace(
+        "model: {volume: {name: sft-full-out, revision: 1}}",
+        "data: {volume: chats}\n  exportTo: {volume: sft-full-out}",
+    )
+    with pytest.raises(PlanError) as refused_plan:
+        planned(project, store, RUNTIME, VOLUMES, other, consumer)
+    assert "TrainingJob/a-dpo: waits for itself (TrainingJob/a-dpo -> TrainingJob/sft-full -> TrainingJob/a-dpo)" in (
+        refused_plan.value.message
+    )

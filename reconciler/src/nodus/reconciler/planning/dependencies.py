@@ -15,9 +15,13 @@ from nodus.reconciler.references import produced, references
 from nodus.reconciler.state.records import JSONObject, ResourceKey
 
 
-def waits_for(changing: Mapping[ResourceKey, JSONObject]) -> dict[ResourceKey, tuple[ResourceKey, ...]]:
+def waits_for(
+    changing: Mapping[ResourceKey, JSONObject], revisions: Mapping[ResourceKey, int] | None = None
+) -> dict[ResourceKey, tuple[ResourceKey, ...]]:
     """For each resource the plan creates or changes (`changing`: its documents by key), the other resources of the
-    same plan it waits for, sorted; resources that wait for none are left out."""
+    same plan it waits for, sorted; resources that wait for none are left out. `revisions`: the latest revision of
+    each Ready Volume in the store; a pinned revision it has already waits for nothing (as the controller decides)."""
+    there = revisions or {}
     producers: dict[ResourceKey, list[ResourceKey]] = {}
     for key, document in changing.items():
         for target in produced(document):
@@ -29,7 +33,9 @@ def waits_for(changing: Mapping[ResourceKey, JSONObject]) -> dict[ResourceKey, t
             if reference.field.waits_on == "self" and reference.key in changing:
                 wanted.add(reference.key)
             elif reference.field.waits_on == "producers":
-                wanted.update(producers.get(reference.key, ()))
+                pinned, latest = reference.revision, there.get(reference.key)
+                if pinned is None or latest is None or pinned > latest:
+                    wanted.update(producers.get(reference.key, ()))
         wanted.discard(key)  # a job that reads and writes one Volume reads what was there before it
         if wanted:
             found[key] = tuple(sorted(wanted))
@@ -49,3 +55,27 @@ def depth(key: ResourceKey, waits: Mapping[ResourceKey, tuple[ResourceKey, ...]]
         return deepest
 
     return walk(key)
+
+
+def cycle(waits: Mapping[ResourceKey, tuple[ResourceKey, ...]]) -> list[ResourceKey] | None:
+    """A chain of resources that wait for each other (`[a, b, a]`: a waits for b, which waits for a), or None. Such
+    jobs would wait for ever, each for the other's export: the plan refuses them."""
+    done: set[ResourceKey] = set()
+
+    def walk(key: ResourceKey, path: list[ResourceKey]) -> list[ResourceKey] | None:
+        if key in path:
+            return [*path[path.index(key) :], key]
+        if key in done:
+            return None
+        for before in waits.get(key, ()):
+            found = walk(before, [*path, key])
+            if found is not None:
+                return found
+        done.add(key)
+        return None
+
+    for key in sorted(waits):
+        found = walk(key, [])
+        if found is not None:
+            return found
+    return None

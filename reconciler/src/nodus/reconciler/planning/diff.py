@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast, get_args
 
 from nodus.errors import PlanError
-from nodus.reconciler.planning.dependencies import depth, waits_for
+from nodus.reconciler.planning.dependencies import cycle, depth, waits_for
 from nodus.reconciler.planning.desired import Desired, key_of, normalise_observed
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, spec_hash
 from nodus.specs.registry import BY_KIND
@@ -276,7 +276,7 @@ def plan(
     if refresh_only:
         return Plan((), observed_serial=observed_serial, refresh_only=True, observed_count=len(records))
     wanted = _by_key(desired)
-    actions = _with_waits([_action_for(item, records.get(key)) for key, item in wanted.items()])
+    actions = _with_waits([_action_for(item, records.get(key)) for key, item in wanted.items()], records)
     outside = [key for key, record in records.items() if key not in wanted and not record.deleting]
     gone = sorted(key for key in outside if not created_by_sdk(records[key]) and not made_by_run(records[key]))
     if prune:
@@ -391,10 +391,25 @@ def _kept(record: ResourceRecord) -> Kept | None:
 CHANGING = frozenset({"create", "update", "replace"})
 
 
-def _with_waits(actions: list[Action]) -> list[Action]:
-    """Each create, update or replace with the resources of the plan it waits for (`waits_for`)."""
+def _with_waits(actions: list[Action], records: Mapping[ResourceKey, ResourceRecord]) -> list[Action]:
+    """Each create, update or replace with the resources of the plan it waits for (`waits_for`); PlanError when some
+    wait for each other (each would wait for the other's export for ever)."""
     changing = {action.key: action.desired for action in actions if action.type in CHANGING and action.desired}
-    waits = waits_for(changing)
+    ready = {
+        key: int(record.status.get("revision") or 0)
+        for key, record in records.items()
+        if key.kind == "Volume" and record.status.get("phase") == Phase.READY
+    }
+    waits = waits_for(changing, ready)
+    loop = cycle(waits)
+    if loop is not None:
+        source = next((action.source for action in actions if action.key == loop[0]), None)
+        chain = " -> ".join(str(key) for key in loop)
+        raise PlanError(
+            f"{source + ': ' if source else ''}{loop[0]}: waits for itself ({chain}): each would wait for the other's "
+            "export for ever",
+            hint="let one of them read a revision that exists (model.volume.revision, data.revision) or another Volume",
+        )
     return [replace(action, waits_for=waits[action.key]) if action.key in waits else action for action in actions]
 
 
