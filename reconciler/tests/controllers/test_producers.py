@@ -262,3 +262,17 @@ def test_jobs_that_wait_for_each_other_are_refused_at_plan_time(project: Project
     assert "TrainingJob/a-dpo: waits for itself (TrainingJob/a-dpo -> TrainingJob/sft-full -> TrainingJob/a-dpo)" in (
         refused_plan.value.message
     )
+
+
+def test_a_jobs_missing_secret_is_refused_naming_its_item(project: Project, store: StateStore) -> None:
+    secret = "apiVersion: nodus.dev/v1\nkind: Secret\nmetadata: {name: hf-token}\nspec: {keys: [HF_TOKEN]}\n"
+    job = (
+        "apiVersion: nodus.dev/v1beta1\nkind: Job\nmetadata: {name: task}\n"
+        "spec: {command: [python, -c, pass], secrets: [hf-token, hf-tokn]}\n"
+    )
+    lines = refused(project, store, secret, job)
+    assert len(lines) == 1, lines
+    assert lines[0].endswith(
+        "Job/task: spec.secrets[1]: Secret hf-tokn does not exist; did you mean hf-token? (or add a Secret hf-tokn "
+        "(kind: Secret, spec.keys) to the repo and nodus apply it)"
+    )

@@ -85,7 +85,7 @@ REFERENCE_FIELDS: Mapping[str, tuple[ReferenceField, ...]] = {
         ReferenceField("spec.tracking.wandb.connection", "Secret"),
         ReferenceField("spec.evaluation.endpoint.keySecret", "Secret"),
     ),
-    "Job": (ReferenceField("spec.secrets[*].name", "Secret"),),
+    "Job": (ReferenceField("spec.secrets[*]", "Secret"),),
     "InferenceEndpoint": (_MODEL_VOLUME, ReferenceField("spec.model.trainingJob", "TrainingJob", waits_on="self")),
 }
 """Every field of every kind that names another resource (a kind left out names none): the plan checks that each
@@ -103,6 +103,8 @@ class Reference:
     field: ReferenceField
     key: ResourceKey
     revision: int | None = None
+    path: str = ""
+    """The field as a message names it: `spec.data.volume`, `spec.secrets[1]`."""
 
 
 def references(
@@ -119,7 +121,8 @@ def references(
             owner, name = split_ref(str(value).partition("@")[0], project)
             revision = revisions[index] if index < len(revisions) else None
             number = int(revision) if isinstance(revision, int | str) and str(revision).isdigit() else None
-            found.append(Reference(field, ResourceKey(field.kind, owner, name), number))
+            path = field.path.replace("[*]", f"[{index}]")  # one list per field at most: the item's index
+            found.append(Reference(field, ResourceKey(field.kind, owner, name), number, path))
     return found
 
 

@@ -49,7 +49,7 @@ def _missing(reference: Reference, context: AdmissionContext) -> Refusal:
     key = reference.key
     names = [other.name for other in context.planned.of_kinds(key.kind) if other.project == key.project]
     meant = suggest(key.name, [name for name in names if name != key.name])
-    detail = f"{reference.field.path}: {key.kind} {key.name} does not exist"
+    detail = f"{reference.path}: {key.kind} {key.name} does not exist"
     make = MAKES.get(key.kind, "add it to the repo and nodus apply it").format(name=key.name)
     text = f"{detail}; did you mean {meant}? (or {make})" if meant else f"{detail}: {make}"
     return Refusal(NOT_FOUND.get(key.kind, f"{key.kind}NotFound"), text)
