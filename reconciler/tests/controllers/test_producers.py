@@ -276,3 +276,16 @@ def test_a_jobs_missing_secret_is_refused_naming_its_item(project: Project, stor
         "Job/task: spec.secrets[1]: Secret hf-tokn does not exist; did you mean hf-token? (or add a Secret hf-tokn "
         "(kind: Secret, spec.keys) to the repo and nodus apply it)"
     )
+
+
+def test_the_dry_run_does_not_block_on_a_volume_a_job_of_the_same_files_exports(project: Project) -> None:
+    (project.root / "jobs.yaml").write_text("---\n".join([RUNTIME, VOLUMES, PRODUCER, CONSUMER]), encoding="utf-8")
+    result = CliRunner().invoke(cli, ["apply", "-f", str(project.root / "jobs.yaml"), "--dry-run", "-o", "json"])
+    assert result.exit_code == 0, result.stderr  # nothing blocks: apply would run both, in order
+    printed = json.loads(result.stdout)
+    documents = printed["items"] if isinstance(printed, dict) else printed
+    dpo = next(document for document in documents if document["metadata"]["name"] == "a-dpo")
+    assert dpo["status"]["blockingReasons"] == []
+    assert dpo["status"]["notes"] == [
+        "waits for tj/sft-full: apply starts it once their exports are committed (WaitingFor)"
+    ]
