@@ -9,8 +9,8 @@ each refresh. Both end as soon as what they wait for can no longer happen, rathe
   since nothing but `nodus apply --build` or nodus-build builds it, and a wait builds nothing;
 - a resource of a kind no controller runs yet (phase Unsupported) never changes: nothing runs it;
 - a TrainingJob Pending on such an Environment (EnvironmentNotReady), on a model that is not in the local cache
-  (ModelNotCached: nodus never downloads weights) or on a Volume that Failed is blocked: only another apply,
-  after the cause is fixed, can start it.
+  (ModelNotCached: nodus never downloads weights), on a Volume that Failed, or on the export of a TrainingJob that
+  failed or is Suspended (WaitingFor) is blocked: only another apply, after the cause is fixed, can start it.
 
 `Outcome.line()` is the one line the summaries print: `TrainingJob/NAME: Failed: Reason: message`.
 

@@ -224,8 +224,9 @@ def _model(
     record: ResourceRecord, verdict: Admission, *, project: Project, store: StateStore, field: str = "spec.model.volume"
 ) -> tuple[ModelArtifact | None, JSONObject | None]:
     """The model the workload names (a pinned URI once it is imported from the local cache: stage CachingModel;
-    a Volume's revision once it is Ready), or the status to wait with (ModelNotCached, VolumeNotReady): the
-    workload names only artifacts that exist."""
+    a Volume's revision once it is Ready), or the status to wait with (ModelNotCached, VolumeNotReady; WaitingFor
+    while another TrainingJob is still to export it, `controllers/producers.py`) or to fail with (DependencyFailed,
+    VolumeNotFound): the workload names only artifacts that exist. `field` names the model's field in messages."""
     model = verdict.model or {}
     if model.get("uri"):
         if not imported(project, str(model["uri"])):

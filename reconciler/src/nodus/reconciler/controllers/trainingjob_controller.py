@@ -3,7 +3,8 @@
 Who calls it: `nodus.reconciler.controllers.registry` (registered for TrainingJob). The decisions (admit,
 compile, launch once, follow caps and replacements) stay in `controllers/trainingjob.py`; this adapter turns
 their `(status, launch key)` into a `Done`, says a graders' fall back to process mode once at the launch, and
-requeues a job that waits on a dependency (an Environment not Ready, a model not cached, a Volume not Ready).
+requeues a job that waits on a dependency (an Environment not Ready, a model not cached, a Volume not Ready, another
+TrainingJob's export: WaitingFor, looked at again sooner).
 """
 
 from __future__ import annotations
