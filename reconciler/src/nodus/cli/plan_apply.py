@@ -345,17 +345,22 @@ def read_records(project: Project) -> list[ResourceRecord]:
 def wait_for(project: Project, store: StateStore, keys: list[ResourceKey], timeout: str) -> list[Outcome]:
     """Follow `keys` until each has ended (or can no longer progress); the outcomes that are not a success.
 
-    Ends early, with those outcomes, as soon as nothing is left that can still change; a timeout is an error."""
+    Ends early, with those outcomes, as soon as nothing is left that can still change; a timeout is an error. A job
+    that waits on a dependency (another job's export, an Environment) is reconciled again when due (`Requeues`), so
+    a consumer launches in the same apply once its producer's export lands."""
     from nodus.reconciler.views.warnings import unseen as unseen_warnings
-    from nodus.reconciler.waiting import outcome
+    from nodus.reconciler.waiting import Requeues, outcome
     from nodus.specs.types import parse_duration
 
     deadline = time.monotonic() + parse_duration(timeout).total_seconds()
     shown: dict[ResourceKey, list[str]] = {}
     warned: dict[str, str] = {}
     ended: dict[ResourceKey, Outcome] = {}
+    requeues = Requeues()
     while True:
         _refresh_under_lease(project, store)
+        for text in requeues.look(project, store, [key for key in keys if key not in ended], "apply --wait"):
+            err_line(text)
         pending: list[ResourceRecord] = []
         for key in keys:
             record = store.get(key)

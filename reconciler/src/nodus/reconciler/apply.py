@@ -43,6 +43,7 @@ from nodus.reconciler.controllers.base import (
 from nodus.reconciler.controllers.base import ApplyOptions as ApplyOptions  # apply's options, as before
 from nodus.reconciler.controllers.base import Reporter as Reporter
 from nodus.reconciler.controllers.placement import placement_of
+from nodus.reconciler.controllers.reference_checks import reference_refusals
 from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.planning.diff import Action, Plan, stale_reasons, wave_of
 from nodus.reconciler.project import Project, holder
@@ -265,7 +266,8 @@ def refusals(
             continue
         controller = registry.REGISTRY.for_kind(op.key.kind)
         context = AdmissionContext(planned, op.action, project_root, placement)
-        said = controller.admit(store.get(op.key), op.document, context)
+        # What the document names, for every kind (a missing Volume, Secret or TrainingJob), then its kind's own.
+        said = reference_refusals(op.document, context) + controller.admit(store.get(op.key), op.document, context)
         found += [PlanRefusal(op, refusal.reason, refusal.message) for refusal in said]
     return found
 

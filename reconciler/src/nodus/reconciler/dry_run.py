@@ -52,10 +52,11 @@ from nodus.reconciler.planning.desired import Desired, desired_from
 from nodus.reconciler.planning.diff import Action, plan
 from nodus.reconciler.planning.managed import with_managed
 from nodus.reconciler.planning.managed_environments import is_managed_source
+from nodus.reconciler.planning.render import short_ref
 from nodus.reconciler.pricing.facts import Context, estimate_job, estimate_job_run
 from nodus.reconciler.pricing.prices import PriceTable, launch_price
 from nodus.reconciler.project import Project
-from nodus.reconciler.references import environment_ref, merge, runtime_key
+from nodus.reconciler.references import environment_ref, merge, produced, runtime_key
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore, spec_hash
 from nodus.specs import topology
 from nodus.specs.parse import parse_resources
@@ -203,7 +204,17 @@ def _job_document(
             notes.append(f"{unbuilt[0]['message'].split(': `', 1)[0]}: nodus apply builds it from {managed}")
         else:
             blocking += unbuilt
-    blocking += _model_blocking(_model_of(job, runtime), job, context)
+    # A Volume a job of the same plan exports into is not a blocker: apply starts this job once that export lands.
+    producers = [waited for waited in action.waits_for if waited in documents and produced(documents[waited])]
+    made_here = {key for waited in producers for key in produced(documents[waited])}
+    if producers:
+        waited_for = ", ".join(short_ref(key, item.key.project) for key in producers)
+        notes.append(f"waits for {waited_for}: apply starts it once their exports are committed (WaitingFor)")
+    blocking += [
+        entry
+        for entry in _model_blocking(_model_of(job, runtime), job, context)
+        if _model_volume(job, runtime) not in made_here
+    ]
     compiled, details = (
         _compiled(item, action, verdict, runtime, documents, sources, context, prices)
         if verdict.admitted
@@ -340,7 +351,8 @@ def _model_artifact(verdict: Admission, key: ResourceKey, context: Context) -> M
     if volume:
         found = context.record(ResourceKey("Volume", key.project, str(volume["name"])))
         if found is not None and found.status.get("phase") == Phase.READY:
-            revision = int(found.status.get("revision") or 0)
+            # The revision the job pins (the one its producer will export), else the latest, as the controller does.
+            revision = int(volume.get("revision") or found.status.get("revision") or 0)
             return ModelArtifact(volume=VolumeRevision(name=str(volume["name"]), revision=revision))
     return None
 
@@ -392,6 +404,14 @@ def _model_blocking(model: JSONObject, job: JSONObject, context: Context) -> lis
                 }
             ]
     return []
+
+
+def _model_volume(job: JSONObject, runtime: JSONObject | None) -> ResourceKey | None:
+    """The Volume the job's model is read from (None for a model by URI)."""
+    volume = _model_of(job, runtime).get("volume")
+    if not isinstance(volume, dict):
+        return None
+    return ResourceKey("Volume", str(job["metadata"].get("project") or "default"), str(volume.get("name")))
 
 
 def _document(key: ResourceKey, documents: Mapping[ResourceKey, JSONObject], context: Context) -> JSONObject | None:

@@ -9,8 +9,8 @@ each refresh. Both end as soon as what they wait for can no longer happen, rathe
   since nothing but `nodus apply --build` or nodus-build builds it, and a wait builds nothing;
 - a resource of a kind no controller runs yet (phase Unsupported) never changes: nothing runs it;
 - a TrainingJob Pending on such an Environment (EnvironmentNotReady), on a model that is not in the local cache
-  (ModelNotCached: nodus never downloads weights) or on a Volume that Failed is blocked: only another apply,
-  after the cause is fixed, can start it.
+  (ModelNotCached: nodus never downloads weights), on a Volume that Failed, or on the export of a TrainingJob that
+  failed or is Suspended (WaitingFor) is blocked: only another apply, after the cause is fixed, can start it.
 
 `Outcome.line()` is the one line the summaries print: `TrainingJob/NAME: Failed: Reason: message`.
 
@@ -32,7 +32,7 @@ from nodus.reconciler.controllers.base import Context, Requeue
 from nodus.reconciler.controllers.blocking import phase_of
 from nodus.reconciler.controllers.coverage import UNSUPPORTED_PHASE
 from nodus.reconciler.controllers.status import write_status
-from nodus.reconciler.controllers.trainingjob_controller import REQUEUE_AFTER_S, WAITING_REASONS
+from nodus.reconciler.controllers.trainingjob_controller import REQUEUE_AFTER_S, WAITING_REASONS, requeue_after
 from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import LeaseHeld, ResourceKey, ResourceRecord, StateStore
 from nodus.specs.status_names import Phase
@@ -138,7 +138,8 @@ class Requeues:
         now = self.clock()
         for record in records:
             if requeued(record):
-                self.due.setdefault(record.key, now + self.first_after_s)
+                first = min(self.first_after_s, requeue_after(record.status.get("reason")))
+                self.due.setdefault(record.key, now + first)
         due = [record for record in records if requeued(record) and self.due[record.key] <= now]
         lines: list[str] = []
         if due:

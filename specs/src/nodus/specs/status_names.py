@@ -136,6 +136,12 @@ class Reason(StrEnum):
     """Pending: the Volume of `spec.model.volume` or `spec.exportTo` is not Ready yet (requeued)."""
     MODEL_NOT_CACHED = "ModelNotCached"
     """Pending: the pinned model revision is not in the model cache yet (requeued)."""
+    WAITING_FOR = "WaitingFor"
+    """Pending: a Volume the run reads (`spec.model.volume`, `spec.data.volume`, `spec.teacher.volume`) is still to be
+    written by another TrainingJob's `spec.exportTo`; the message names that producer (requeued)."""
+    DEPENDENCY_FAILED = "DependencyFailed"
+    """Failed: the TrainingJob that was to export a Volume this run reads failed, so the run cannot start; the message
+    names the producer and its reason (the seeds' word for a dependency that failed)."""
     NOT_READY = "NotReady"
     """An Environment that is not Ready and says no reason of its own; a service that does not answer its readiness
     probe yet (starting, loading its model)."""
@@ -171,6 +177,12 @@ class Reason(StrEnum):
     INVALID_PARAMETERS = "InvalidParameters"
     MODEL_NOT_PINNED = "ModelNotPinned"
     VOLUME_NOT_FOUND = "VolumeNotFound"
+    VOLUME_REVISION_NOT_FOUND = "VolumeRevisionNotFound"
+    """A pinned Volume revision (`spec.model.volume.revision`, `spec.data.revision`) the Volume does not have, that
+    no TrainingJob exports and no upload has made."""
+    SECRET_NOT_FOUND = "SecretNotFound"
+    TRAINING_JOB_NOT_FOUND = "TrainingJobNotFound"
+    """An InferenceEndpoint's `spec.model.trainingJob` names no TrainingJob of its project."""
     VOLUME_NOT_WRITABLE = "VolumeNotWritable"
     RUNTIME_LACKS_OUTPUTS = "RuntimeLacksOutputs"
     TOO_FEW_HELD_OUT_TASKS = "TooFewHeldOutTasks"
@@ -228,7 +240,7 @@ class Reason(StrEnum):
 
 
 WAITING_REASONS: frozenset[Reason] = frozenset(
-    {Reason.ENVIRONMENT_NOT_READY, Reason.VOLUME_NOT_READY, Reason.MODEL_NOT_CACHED}
+    {Reason.ENVIRONMENT_NOT_READY, Reason.VOLUME_NOT_READY, Reason.MODEL_NOT_CACHED, Reason.WAITING_FOR}
 )
 """Reasons of a Pending run that waits on something else becoming Ready: its controller requeues it."""
 ADMISSION_REASONS: frozenset[Reason] = frozenset(
@@ -241,6 +253,9 @@ ADMISSION_REASONS: frozenset[Reason] = frozenset(
         Reason.INVALID_PARAMETERS,
         Reason.MODEL_NOT_PINNED,
         Reason.VOLUME_NOT_FOUND,
+        Reason.VOLUME_REVISION_NOT_FOUND,
+        Reason.SECRET_NOT_FOUND,
+        Reason.TRAINING_JOB_NOT_FOUND,
         Reason.VOLUME_NOT_WRITABLE,
         Reason.RUNTIME_LACKS_OUTPUTS,
         Reason.TOO_FEW_HELD_OUT_TASKS,

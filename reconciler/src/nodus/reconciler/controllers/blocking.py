@@ -7,6 +7,7 @@ when only another apply could move the resource on.
 
 from __future__ import annotations
 
+from nodus.reconciler.controllers.producers import blocked_producer
 from nodus.reconciler.references import environment_ref
 from nodus.reconciler.state.records import ResourceKey, ResourceRecord, StateStore
 from nodus.specs.status_names import Phase, Reason
@@ -29,7 +30,8 @@ def environment_not_built(record: ResourceRecord) -> str | None:
 
 def run_blocked(record: ResourceRecord, store: StateStore) -> str | None:
     """A TrainingJob or Job Pending on a model not in the local cache (nodus never downloads weights), on a Budget its
-    first hold would pass, or on an Environment or Volume that Failed or that nothing builds."""
+    first hold would pass, on an Environment or Volume that Failed or that nothing builds, or on the export of a
+    TrainingJob that failed or is Suspended."""
     if phase_of(record) != Phase.PENDING:
         return None
     reason = record.status.get("reason")
@@ -40,6 +42,8 @@ def run_blocked(record: ResourceRecord, store: StateStore) -> str | None:
         return _dependency(store, _environment_key(record))
     if reason == Reason.VOLUME_NOT_READY:
         return _dependency(store, _volume_key(record))
+    if reason == Reason.WAITING_FOR:  # on another job's export: blocked once that job failed or was suspended
+        return blocked_producer(record, store)
     return None
 
 

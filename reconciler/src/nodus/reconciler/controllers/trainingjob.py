@@ -36,6 +36,7 @@ from nodus.reconciler.controllers.attempts import attempts_of
 from nodus.reconciler.controllers.budgets import InferenceSpend, blocking_budget, budget_status, first_hold
 from nodus.reconciler.controllers.evaluation_endpoint import evaluation_endpoint
 from nodus.reconciler.controllers.export import exported_status
+from nodus.reconciler.controllers.producers import missing_volume_status, producer_status
 from nodus.reconciler.controllers.run_secrets import run_secrets, tracking_params
 from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.controllers.volume import ensure_model
@@ -247,11 +248,12 @@ def price_in_force(record: ResourceRecord, project: Project, jobs: Executor | No
 
 
 def _model(
-    record: ResourceRecord, verdict: Admission, *, project: Project, store: StateStore
+    record: ResourceRecord, verdict: Admission, *, project: Project, store: StateStore, field: str = "spec.model.volume"
 ) -> tuple[ModelArtifact | None, JSONObject | None]:
     """The model the workload names (a pinned URI once it is imported from the local cache: stage CachingModel;
-    a Volume's revision once it is Ready), or the status to wait with (ModelNotCached, VolumeNotReady): the
-    workload names only artifacts that exist."""
+    a Volume's revision once it is Ready), or the status to wait with (ModelNotCached, VolumeNotReady; WaitingFor
+    while another TrainingJob is still to export it, `controllers/producers.py`) or to fail with (DependencyFailed,
+    VolumeNotFound): the workload names only artifacts that exist. `field` names the model's field in messages."""
     model = verdict.model or {}
     if model.get("uri"):
         if not imported(project, str(model["uri"])):
@@ -263,15 +265,32 @@ def _model(
         return ModelArtifact(uri=str(model["uri"])), None
     volume = model.get("volume")
     if volume:
-        key = ResourceKey("Volume", record.key.project, str(volume["name"]))
-        found = store.get(key)
-        if found is None or found.status.get("phase") != Phase.READY:
-            message = f"Volume {volume['name']} is not Ready"
+        name = str(volume["name"])
+        pinned = int(volume["revision"]) if volume.get("revision") else None
+        found = store.get(ResourceKey("Volume", record.key.project, name))
+        if found is None:
+            return None, missing_volume_status(record, store, field, name)
+        if not launched(record, store):  # a launched generation keeps what it launched with
+            waiting = producer_status(record, store, field, name, pinned)
+            if waiting is not None:
+                return None, waiting
+        if found.status.get("phase") != Phase.READY:
+            message = f"Volume {name} is not Ready"
             return None, {"phase": Phase.PENDING, "reason": Reason.VOLUME_NOT_READY, "message": message}
-        number = int(volume.get("revision") or found.status.get("revision") or 0)
-        revision = VolumeRevision(name=str(volume["name"]), revision=number)
+        latest = int(found.status.get("revision") or 0)
+        if pinned is not None and pinned > latest:
+            upload = f"nodus cp -r DIR vol/{name}:"
+            message = f"{field}: Volume {name} has no revision {pinned} yet (its latest is {latest}): {upload}"
+            return None, {"phase": Phase.PENDING, "reason": Reason.VOLUME_NOT_READY, "message": message}
+        revision = VolumeRevision(name=name, revision=pinned or latest)
         return ModelArtifact(volume=revision), None
     return None, None
+
+
+def launched(record: ResourceRecord, store: StateStore) -> bool:
+    """Whether the generation this pass runs was launched already (its launch is recorded)."""
+    key = launch_key(record)
+    return any(launch.launch_key == key for launch in store.launches(record.key))
 
 
 def _teacher(
@@ -281,9 +300,11 @@ def _teacher(
     teacher = record.spec["spec"].get("teacher")
     if not teacher:
         return None, None
-    found, waiting = _model(record, Admission(True, model=teacher), project=project, store=store)
+    model = Admission(True, model=teacher)
+    found, waiting = _model(record, model, project=project, store=store, field="spec.teacher.volume")
     if waiting is not None:
-        return None, {**waiting, "message": f"spec.teacher: {waiting.get('message', '')}"}
+        message = str(waiting.get("message", ""))
+        return None, {**waiting, "message": message if message.startswith("spec.") else f"spec.teacher: {message}"}
     return found, None
 
 
@@ -298,7 +319,13 @@ def _data(
         return None, None
     name = str(data["volume"])
     volume = store.get(ResourceKey("Volume", record.key.project, name))
-    if volume is None or volume.status.get("phase") != Phase.READY:
+    if volume is None:
+        return None, missing_volume_status(record, store, "spec.data.volume", name)
+    if not launched(record, store):  # a launched generation keeps the revision it launched with
+        waiting = producer_status(record, store, "spec.data.volume", name, data.get("revision") or None)
+        if waiting is not None:
+            return None, waiting
+    if volume.status.get("phase") != Phase.READY:
         message = f"spec.data.volume: Volume {name} is not Ready"
         return None, {"phase": Phase.PENDING, "reason": Reason.VOLUME_NOT_READY, "message": message}
     pinned = record.status.get("data") if record.status.get("launchGeneration") == launch_generation(record) else None

@@ -3,7 +3,8 @@
 Who calls it: `nodus.reconciler.controllers.registry` (registered for TrainingJob). The decisions (admit,
 compile, launch once, follow caps and replacements) stay in `controllers/trainingjob.py`; this adapter turns
 their `(status, launch key)` into a `Done`, says a graders' fall back to process mode once at the launch, and
-requeues a job that waits on a dependency (an Environment not Ready, a model not cached, a Volume not Ready).
+requeues a job that waits on a dependency (an Environment not Ready, a model not cached, a Volume not Ready, another
+TrainingJob's export: WaitingFor, looked at again sooner).
 """
 
 from __future__ import annotations
@@ -27,9 +28,19 @@ from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import JSONObject, ResourceRecord, StateStore
 from nodus.specs.status_names import Phase, Reason
 
-WAITING_REASONS = frozenset({Reason.ENVIRONMENT_NOT_READY, Reason.VOLUME_NOT_READY, Reason.MODEL_NOT_CACHED})
+WAITING_REASONS = frozenset(
+    {Reason.ENVIRONMENT_NOT_READY, Reason.VOLUME_NOT_READY, Reason.MODEL_NOT_CACHED, Reason.WAITING_FOR}
+)
 """Pending reasons that clear when a dependency becomes ready: the job is looked at again after a while."""
 REQUEUE_AFTER_S = 30.0
+WAITING_FOR_AFTER_S = 2.0
+"""A job waiting for another's export is looked at sooner: only the store is read, and it should launch as soon as
+the export lands (the refresh of the same `apply --wait` or `nodus controller` commits it)."""
+
+
+def requeue_after(reason: object) -> float:
+    """Seconds until a job Pending for `reason` is reconciled again."""
+    return WAITING_FOR_AFTER_S if reason == Reason.WAITING_FOR else REQUEUE_AFTER_S
 
 
 class TrainingJobController(ControllerBase):
@@ -39,7 +50,7 @@ class TrainingJobController(ControllerBase):
     def reconcile(self, record: ResourceRecord, context: Context) -> Result:
         status, launched = reconcile_trainingjob(record, project=context.project, store=context.store)
         if status.get("phase") == Phase.PENDING and status.get("reason") in WAITING_REASONS:
-            return Requeue(status, REQUEUE_AFTER_S, str(status["reason"]))
+            return Requeue(status, requeue_after(status["reason"]), str(status["reason"]))
         notes: list[str] = []
         sandbox = status.get("sandbox") or {}
         if launched and sandbox.get("mode") == "process":  # never a silent fall back: once, at the launch

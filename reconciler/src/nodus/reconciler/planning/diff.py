@@ -19,8 +19,10 @@ Drift: a spending cap (a kind's `RAISE_ONLY` field) that is higher live than in 
 stays live; the action carries it as `drift` (the plan's warnings name the edit that makes the file agree) and is
 planned as if the file said the live value, so the rest of the resource, and of the repository, still applies.
 
-Order: the dependency waves of `WAVES` (a Secret before the TrainingJob that reads it), deletes after
-everything else and in reverse, so nothing is deleted while something still depends on it.
+Order: the dependency waves of `WAVES` (a Secret before the TrainingJob that reads it); inside a wave, a resource
+after those of the plan it waits for (`Action.waits_for`, from `planning.dependencies`: the SFT job whose export a
+DPO job trains on comes first); deletes after everything else and in reverse, so nothing is deleted while something
+still depends on it.
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ import dataclasses
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any, Literal, cast, get_args
 
 from nodus.errors import PlanError
+from nodus.reconciler.planning.dependencies import cycle, depth, waits_for
 from nodus.reconciler.planning.desired import Desired, key_of, normalise_observed
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, spec_hash
 from nodus.specs.registry import BY_KIND
@@ -178,6 +181,8 @@ class Action:
     """For the replace of a launched job: which generation's outputs (or logs) stay reachable."""
     drift: tuple[Drift, ...] = ()
     """Live values kept over the file's (a cap raised by `nodus patch`); `desired` holds the live value."""
+    waits_for: tuple[ResourceKey, ...] = ()
+    """The resources of the same plan this one waits for (the job whose export it reads): applied after them."""
 
     @property
     def symbol(self) -> str:
@@ -210,6 +215,8 @@ class Action:
             out["keeps"] = self.keeps.to_dict()
         if self.drift:
             out["drift"] = [drift.to_dict() for drift in self.drift]
+        if self.waits_for:  # only when there are any: the plan.json of a plan without them reads as before
+            out["waitsFor"] = [_key_dict(key) for key in self.waits_for]
         return out
 
 
@@ -310,7 +317,7 @@ def plan(
     if refresh_only:
         return Plan((), observed_serial=observed_serial, refresh_only=True, observed_count=len(records))
     wanted = _by_key(desired)
-    actions = [_action_for(item, records.get(key)) for key, item in wanted.items()]
+    actions = _with_waits([_action_for(item, records.get(key)) for key, item in wanted.items()], records)
     outside = [key for key, record in records.items() if key not in wanted and not record.deleting]
     gone = sorted(key for key in outside if not created_by_sdk(records[key]) and not made_by_run(records[key]))
     if prune:
@@ -466,6 +473,31 @@ def _kept(record: ResourceRecord) -> Kept | None:
     return Kept(generation, "outputs" if record.status.get("phase") == Phase.SUCCEEDED else "logs")
 
 
+CHANGING = frozenset({"create", "update", "replace"})
+
+
+def _with_waits(actions: list[Action], records: Mapping[ResourceKey, ResourceRecord]) -> list[Action]:
+    """Each create, update or replace with the resources of the plan it waits for (`waits_for`); PlanError when some
+    wait for each other (each would wait for the other's export for ever)."""
+    changing = {action.key: action.desired for action in actions if action.type in CHANGING and action.desired}
+    ready = {
+        key: int(record.status.get("revision") or 0)
+        for key, record in records.items()
+        if key.kind == "Volume" and record.status.get("phase") == Phase.READY
+    }
+    waits = waits_for(changing, ready)
+    loop = cycle(waits)
+    if loop is not None:
+        source = next((action.source for action in actions if action.key == loop[0]), None)
+        chain = " -> ".join(str(key) for key in loop)
+        raise PlanError(
+            f"{source + ': ' if source else ''}{loop[0]}: waits for itself ({chain}): each would wait for the other's "
+            "export for ever",
+            hint="let one of them read a revision that exists (model.volume.revision, data.revision) or another Volume",
+        )
+    return [replace(action, waits_for=waits[action.key]) if action.key in waits else action for action in actions]
+
+
 def _delete(record: ResourceRecord) -> Action:
     return Action(
         "delete",
@@ -479,8 +511,10 @@ def _delete(record: ResourceRecord) -> Action:
 def _apply_order(actions: list[Action]) -> list[Action]:
     """Creates and changes wave by wave; deletes last, in reverse waves (dependents go first)."""
 
-    def forward(action: Action) -> tuple[int, ResourceKey]:
-        return wave_of(action.key.kind), action.key
+    waits = {action.key: action.waits_for for action in actions if action.waits_for}
+
+    def forward(action: Action) -> tuple[int, int, ResourceKey]:
+        return wave_of(action.key.kind), depth(action.key, waits), action.key
 
     def backward(action: Action) -> tuple[int, ResourceKey]:
         return -wave_of(action.key.kind), action.key
@@ -675,6 +709,10 @@ class _PlanReader:
             source=self.get(data, "source", str, optional=True),
             keeps=self.kept(self.get(data, "keeps", dict, optional=True)),
             drift=tuple(self.drift(item) for item in self.get(data, "drift", list, optional=True) or ()),
+            waits_for=tuple(
+                self.key(item, f"waitsFor[{index}]")
+                for index, item in enumerate(self.get(data, "waitsFor", list, optional=True) or [])
+            ),
         )
         if (action.expected_hash is None) != (kind == "create"):
             raise self.fail("expected: a create expects nothing in the store, every other action a spec hash")

@@ -23,7 +23,8 @@ from typing import Any
 
 from nodus.reconciler.planning.diff import Action, FieldChange, Plan
 from nodus.reconciler.pricing.costs import PRICED_KINDS, ActionCost, PlanCosts, money
-from nodus.reconciler.state.records import DEFAULT_PROJECT
+from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey
+from nodus.specs.registry import BY_KIND
 
 MARKDOWN_LIMIT = 65_000
 """GitHub refuses comments over 65,536 characters; the rest of the limit is left for a caller's footer."""
@@ -109,6 +110,8 @@ def _action_lines(action: Action) -> Iterator[str]:
         yield f"      # {action.reason}"
     if action.keeps is not None:
         yield f"      # {kept_note(action)}"
+    if action.waits_for:
+        yield f"      # {waits_note(action)}"
     for change in action.changes:
         yield "      " + _field_line(change)
 
@@ -125,6 +128,20 @@ def kept_note(action: Action) -> str:
     else:
         command = f"nodus logs {short}/{action.key.name} --generation {kept.generation}{project}"
     return f"keeps generation {kept.generation}'s {kept.what}: {command}"
+
+
+def waits_note(action: Action) -> str:
+    """`waits for tj/sft-full`: the resources of the plan this one waits for (apply starts it after them; a job
+    that reads another's export stays Pending, WaitingFor, until that export is committed)."""
+    return "waits for " + ", ".join(short_ref(key, action.key.project) for key in action.waits_for)
+
+
+def short_ref(key: ResourceKey, project: str) -> str:
+    """`tj/sft-full`: a key of `project` as the CLI's commands take it (one of another project as the key itself)."""
+    cls = BY_KIND.get(key.kind)
+    if key.project != project or cls is None or not cls.SHORT_NAMES:
+        return str(key)
+    return f"{cls.SHORT_NAMES[0]}/{key.name}"
 
 
 def _field_line(change: FieldChange) -> str:
