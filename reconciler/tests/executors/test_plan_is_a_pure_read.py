@@ -111,6 +111,8 @@ def test_plan_says_when_a_status_is_older_than_its_heartbeat(
     try:
         store.put(KEY, {"apiVersion": "nodus.dev/v1beta1", "kind": "TrainingJob", "metadata": {"name": NAME}})
         store.set_status(KEY, {"phase": "Running", "step": 2})
+        # A launched job (one that never launched has no heartbeat to ask an executor for).
+        store.record_launch(Launch(f"TrainingJob/default/{NAME}/gen1/attempt1", KEY, job=NAME))
         registry = Registry(StoredOnlyController())
         registry.register(Beating())
         monkeypatch.setattr(registry_module, "REGISTRY", registry)
