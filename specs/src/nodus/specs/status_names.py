@@ -240,6 +240,7 @@ ADMISSION_REASONS: frozenset[Reason] = frozenset(
         Reason.RUNTIME_LACKS_ATTEMPT_API,
         Reason.INVALID_PARAMETERS,
         Reason.MODEL_NOT_PINNED,
+        Reason.MODEL_NOT_FOUND,
         Reason.VOLUME_NOT_FOUND,
         Reason.VOLUME_NOT_WRITABLE,
         Reason.RUNTIME_LACKS_OUTPUTS,

@@ -30,6 +30,7 @@ from typing import Any
 
 from nodus.builder.lockfile import Lock
 from nodus.errors import ConfigError
+from nodus.reconciler import volume_models
 from nodus.reconciler.controllers import sandbox as sandboxes
 from nodus.reconciler.controllers.admission import Admission, admit
 from nodus.reconciler.controllers.attempts import attempts_of
@@ -41,6 +42,7 @@ from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.controllers.volume import ensure_model
 from nodus.reconciler.executors import Executor, choose_executor, wait_for
 from nodus.reconciler.executors.workload import (
+    AdapterArtifact,
     DataArtifact,
     EnvironmentArtifact,
     GpuResources,
@@ -77,7 +79,7 @@ def executor(project: Project) -> Executor:
     return choose_executor(project.settings().executor_name, project.jobs, record_wire=record_wire, project=project)
 
 
-KEPT = ("source", "launchGeneration", "price", "export", "sandbox", "data")
+KEPT = ("source", "launchGeneration", "price", "export", "sandbox", "data", "model")
 """Status fields the controllers own, carried over when the job's status is copied in (the events watermark is
 `nodus.reconciler.controllers.status.write_status`'s, which carries it whoever writes)."""
 
@@ -178,6 +180,8 @@ def reconcile_trainingjob(
     status = {**job_status(jobs, record), "launchGeneration": launch_generation(record), "price": price.to_status()}
     if data is not None:
         status["data"] = {"volume": data.volume.name, "revision": data.volume.revision, "path": data.path}
+    if (named := model_status(model)) is not None:
+        status["model"] = named
     if sandbox is not None:
         status["sandbox"] = sandbox.to_status()
     status = exported_status(record, status, jobs, project=project, store=store)
@@ -243,8 +247,48 @@ def _model(
             return None, {"phase": Phase.PENDING, "reason": Reason.VOLUME_NOT_READY, "message": message}
         number = int(volume.get("revision") or found.status.get("revision") or 0)
         revision = VolumeRevision(name=str(volume["name"]), revision=number)
-        return ModelArtifact(volume=revision), None
+        return _volume_model(record, revision, project=project, store=store)
     return None, None
+
+
+def _volume_model(
+    record: ResourceRecord, revision: VolumeRevision, *, project: Project, store: StateStore
+) -> tuple[ModelArtifact | None, JSONObject | None]:
+    """A Volume revision as the workload's model: a full model as it is; a LoRA adapter as its base model (imported
+    as a pinned URI is) with the adapters the trainer merges into it (`nodus.reconciler.volume_models`). A revision
+    that holds nothing trainable Fails: no later look can change a committed revision."""
+    try:
+        resolved = volume_models.resolve(project, record.key.project, revision.name, revision.revision)
+    except volume_models.UnusableModelError as exc:
+        return None, {"phase": Phase.FAILED, "reason": exc.reason, "message": f"spec.model.volume: {exc.message}"}
+    if resolved is None or not resolved.adapters:
+        return ModelArtifact(volume=revision), None
+    adapters = tuple(
+        AdapterArtifact(volume=VolumeRevision(name=a.volume, revision=a.revision), path=a.path)
+        for a in resolved.adapters
+    )
+    if resolved.base_uri is None:
+        assert resolved.base_volume is not None
+        base = VolumeRevision(name=resolved.base_volume[0], revision=resolved.base_volume[1])
+        return ModelArtifact(volume=base, adapters=adapters), None
+    pinned = Admission(True, model={"uri": resolved.base_uri})
+    base_model, waiting = _model(record, pinned, project=project, store=store)
+    if waiting is not None or base_model is None:
+        return None, waiting
+    return ModelArtifact(uri=resolved.base_uri, adapters=adapters), None
+
+
+def model_status(model: ModelArtifact | None) -> JSONObject | None:
+    """`status.model` of a run whose model is a LoRA adapter over a base: both named (None for any other run)."""
+    if model is None or not model.adapters:
+        return None
+    base = model.uri or (_volume_name(model) if model.volume is not None else None)
+    return {"base": base, "adapters": [_adapter_name(adapter) for adapter in model.adapters], "merged": True}
+
+
+def _adapter_name(adapter: AdapterArtifact) -> str:
+    """`volume:NAME@REV` (with `/adapter` for a run's exported adapter folder)."""
+    return f"volume:{adapter.volume.name}@{adapter.volume.revision}" + (f"/{adapter.path}" if adapter.path else "")
 
 
 def _teacher(
@@ -256,7 +300,11 @@ def _teacher(
         return None, None
     found, waiting = _model(record, Admission(True, model=teacher), project=project, store=store)
     if waiting is not None:
-        return None, {**waiting, "message": f"spec.teacher: {waiting.get('message', '')}"}
+        said = str(waiting.get("message", "")).removeprefix("spec.model.")  # a Volume's refusal names spec.model
+        return None, {**waiting, "message": f"spec.teacher: {said}"}
+    if found is not None and found.adapters:  # only spec.model is merged (NODUS_INPUT_ADAPTERS): never a bare base
+        message = "spec.teacher.volume: it holds a LoRA adapter; a teacher must be a full model"
+        return None, {"phase": Phase.FAILED, "reason": Reason.MODEL_NOT_FOUND, "message": message}
     return found, None
 
 
@@ -308,7 +356,12 @@ def data_params(data: DataArtifact) -> JSONObject:
 
 
 def _volume_revision_name(model: ModelArtifact | None) -> str | None:
-    """`volume:NAME@REV` of a model from a Volume (what provenance.json names it by), else None."""
+    """`volume:NAME@REV` of a model from a Volume (what provenance.json names it by), else None. For an adapter over
+    a base, the revision the job named (the last adapter): a run trained on it resolves to the same base and
+    adapters again (`nodus.reconciler.volume_models`)."""
+    if model is not None and model.adapters:
+        last = model.adapters[-1].volume
+        return f"volume:{last.name}@{last.revision}"
     return None if model is None or model.volume is None else _volume_name(model)
 
 
@@ -396,6 +449,7 @@ def compile_workload(
         "evaluation": {**DEFAULT_EVALUATION, **(spec.get("evaluation") or {})},
         "trainingJob": record.key.name,
         "modelRevision": (verdict.model or {}).get("uri") or _volume_revision_name(model),
+        **({"modelBase": named["base"], "modelAdapters": named["adapters"]} if (named := model_status(model)) else {}),
         "runtime": {
             "name": f"{runtime.key.project}/{runtime.key.name}",
             # The document as applied (normalised, canonical JSON): a changed schema or default is a new digest.

@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from nodus.builder.lockfile import Lock
+from nodus.reconciler import volume_models
 from nodus.reconciler.model_cache import imported, model_folder, snapshot
 from nodus.reconciler.pricing import model_size
 from nodus.reconciler.pricing.estimate import Estimate, Facts, RunningJob, estimate_plain_job, estimate_trainingjob
@@ -145,10 +146,17 @@ def _model_folders(job: JSONObject, model: JSONObject, context: Context) -> list
         return [*found, *([cached] if cached is not None else [])]
     volume = model.get("volume")
     if volume:
-        project = (job.get("metadata") or {}).get("project") or "default"
-        record = context.record(ResourceKey("Volume", str(project), str(volume.get("name"))))
-        path = (record.status if record else {}).get("path")
-        return [Path(str(path))] if path else []
+        project = str((job.get("metadata") or {}).get("project") or "default")
+        record = context.record(ResourceKey("Volume", project, str(volume.get("name"))))
+        revision = int(volume.get("revision") or (record.status if record else {}).get("revision") or 0)
+        if not revision:
+            return []
+        try:
+            # The revision named (else the latest): a full model's folder, or the base model of a LoRA adapter.
+            resolved = volume_models.resolve(context.project, project, str(volume.get("name")), revision)
+        except volume_models.UnusableModelError:
+            return []  # admission refuses it, naming why
+        return [resolved.base_folder] if resolved is not None else []
     return []
 
 
