@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
 import pytest
 from click.testing import CliRunner
@@ -19,12 +20,16 @@ from click.testing import CliRunner
 from nodus.cli.main import cli
 from nodus.reconciler import volume_models
 from nodus.reconciler.controllers.trainingjob import model_status
+from nodus.reconciler.endpoints.model_table import ModelTable
+from nodus.reconciler.endpoints.served import Served, served_model
+from nodus.reconciler.executors import Executor
 from nodus.reconciler.executors.local.resolve import ADAPTERS_VARIABLE, MODEL_VARIABLE, resolve
 from nodus.reconciler.executors.workload import AdapterArtifact, ModelArtifact, VolumeRevision, Workload, WorkloadKey
 from nodus.reconciler.model_cache import MANIFEST, model_folder
 from nodus.reconciler.pricing.facts import Context, size_of
 from nodus.reconciler.pricing.prices import load_prices
 from nodus.reconciler.project import Project
+from nodus.reconciler.state.records import ResourceKey, ResourceRecord
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 BASE = f"hf://acme/tiny@{REVISION}"
@@ -185,3 +190,20 @@ def test_the_workload_names_the_base_and_the_adapter_and_the_trainer_gets_both(p
     env = resolve(workload, opened).env
     assert env[MODEL_VARIABLE] == str(imported)
     assert env[ADAPTERS_VARIABLE] == str(opened.volume_revision("default", "sft-out", 1) / "adapter")
+
+
+def test_an_endpoint_serves_an_exported_adapter_over_its_base(project: Path, tmp_path: Path) -> None:
+    """`spec.model: {volume: ...}` of an InferenceEndpoint: the export's adapter/ folder over the base it names."""
+    upload(project, "sft-out", exported(tmp_path / "outputs"))
+    opened = Project.find(project)
+    store = opened.open_state()
+    try:
+        document = {"kind": "InferenceEndpoint", "spec": {"model": {"volume": {"name": "sft-out", "revision": 1}}}}
+        record = ResourceRecord(ResourceKey("InferenceEndpoint", "default", "chat"), document, "", 1)
+        served = served_model(record, ModelTable(version="test"), opened, store, cast(Executor, None))
+    finally:
+        store.close()
+    assert isinstance(served, Served)
+    assert served.base == ModelArtifact(uri=BASE) and served.served_name == "sft-out"
+    (adapter,) = served.adapters
+    assert adapter.volume == VolumeRevision(name="sft-out", revision=1) and adapter.path == "adapter"
