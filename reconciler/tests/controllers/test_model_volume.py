@@ -29,7 +29,7 @@ from nodus.reconciler.model_cache import MANIFEST, model_folder
 from nodus.reconciler.pricing.facts import Context, size_of
 from nodus.reconciler.pricing.prices import load_prices
 from nodus.reconciler.project import Project
-from nodus.reconciler.state.records import ResourceKey, ResourceRecord
+from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 BASE = f"hf://acme/tiny@{REVISION}"
@@ -168,9 +168,10 @@ def test_the_plan_admits_an_exported_adapter_and_the_estimate_sizes_its_base(pro
         records = tuple(store.list("Volume"))
     finally:
         store.close()
-    job = {"metadata": {"name": "dpo-from-sft"}, "spec": {"model": {"volume": {"name": "sft-out", "revision": 1}}}}
+    model: JSONObject = {"volume": {"name": "sft-out", "revision": 1}}
+    job: JSONObject = {"metadata": {"name": "dpo-from-sft"}, "spec": {"model": model}}
     context = Context(now=datetime.now(UTC), prices=load_prices(), project=opened, records=records)
-    size = size_of(job, job["spec"]["model"], context)
+    size = size_of(job, model, context)
     assert size is not None and size.source == f"config.json of {REVISION}", size
 
 
