@@ -208,3 +208,25 @@ def test_an_endpoint_serves_an_exported_adapter_over_its_base(project: Path, tmp
     assert served.base == ModelArtifact(uri=BASE) and served.served_name == "sft-out"
     (adapter,) = served.adapters
     assert adapter.volume == VolumeRevision(name="sft-out", revision=1) and adapter.path == "adapter"
+
+
+def test_the_dry_run_shows_the_base_and_the_adapter_and_blocks_what_the_plan_refuses(
+    project: Path, tmp_path: Path
+) -> None:
+    upload(project, "sft-out", exported(tmp_path / "outputs"))
+    upload(project, "empty", exported(tmp_path / "empty", adapter=False))
+    (project / "job.yaml").write_text(JOB.format(volume="sft-out"))
+    code, output = nodus("apply", "-f", "job.yaml", "--dry-run", "-o", "json")
+    document = json.loads(output)
+    assert document["status"]["blockingReasons"] == [], output
+    workload = document["status"]["workload"]
+    assert workload["model"]["uri"] == BASE
+    assert workload["model"]["adapters"] == [{"volume": {"name": "sft-out", "revision": 1}, "path": "adapter"}]
+    assert (workload["params"]["modelRevision"], workload["params"]["modelBase"]) == ("volume:sft-out@1", BASE)
+    assert "NODUS_INPUT_ADAPTERS" in document["status"]["platformEnv"]
+
+    (project / "job.yaml").write_text(JOB.format(volume="empty"))
+    blocked = CliRunner().invoke(cli, ["apply", "-f", "job.yaml", "--dry-run", "-o", "json"])
+    assert blocked.exit_code != 0 and "Dry run blocked: 1 blocking reason" in blocked.stderr
+    (blocking,) = json.loads(blocked.stdout)["status"]["blockingReasons"]
+    assert blocking["reason"] == "ModelNotFound" and "spec.model.volume: Volume empty revision 1" in blocking["message"]

@@ -258,24 +258,32 @@ def _volume_model(
     as a pinned URI is) with the adapters the trainer merges into it (`nodus.reconciler.volume_models`). A revision
     that holds nothing trainable Fails: no later look can change a committed revision."""
     try:
-        resolved = volume_models.resolve(project, record.key.project, revision.name, revision.revision)
+        artifact = volume_model_artifact(project, record.key.project, revision)
     except volume_models.UnusableModelError as exc:
         return None, {"phase": Phase.FAILED, "reason": exc.reason, "message": f"spec.model.volume: {exc.message}"}
+    if artifact.uri is not None:  # the base of an adapter: imported from the local cache as a pinned URI is
+        pinned = Admission(True, model={"uri": artifact.uri})
+        base_model, waiting = _model(record, pinned, project=project, store=store)
+        if waiting is not None or base_model is None:
+            return None, waiting
+    return artifact, None
+
+
+def volume_model_artifact(project: Project, owner: str, revision: VolumeRevision) -> ModelArtifact:
+    """The workload's model for a Volume revision (of project `owner`): the revision itself for a full model (or one
+    not committed yet), its base with the adapters over it for a LoRA adapter. Raises UnusableModelError."""
+    resolved = volume_models.resolve(project, owner, revision.name, revision.revision)
     if resolved is None or not resolved.adapters:
-        return ModelArtifact(volume=revision), None
+        return ModelArtifact(volume=revision)
     adapters = tuple(
         AdapterArtifact(volume=VolumeRevision(name=a.volume, revision=a.revision), path=a.path)
         for a in resolved.adapters
     )
-    if resolved.base_uri is None:
-        assert resolved.base_volume is not None
-        base = VolumeRevision(name=resolved.base_volume[0], revision=resolved.base_volume[1])
-        return ModelArtifact(volume=base, adapters=adapters), None
-    pinned = Admission(True, model={"uri": resolved.base_uri})
-    base_model, waiting = _model(record, pinned, project=project, store=store)
-    if waiting is not None or base_model is None:
-        return None, waiting
-    return ModelArtifact(uri=resolved.base_uri, adapters=adapters), None
+    if resolved.base_uri is not None:
+        return ModelArtifact(uri=resolved.base_uri, adapters=adapters)
+    assert resolved.base_volume is not None
+    base = VolumeRevision(name=resolved.base_volume[0], revision=resolved.base_volume[1])
+    return ModelArtifact(volume=base, adapters=adapters)
 
 
 def model_status(model: ModelArtifact | None) -> JSONObject | None:
