@@ -32,7 +32,7 @@ def adapter(base: Path, folder: Path, seed: int) -> Any:
         AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32),
         LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False),
     )
-    model.save_pretrained(folder)
+    model.save_pretrained(str(folder))
     return model
 
 
