@@ -217,6 +217,7 @@ def test_the_dry_run_shows_the_base_and_the_adapter_and_blocks_what_the_plan_ref
     upload(project, "empty", exported(tmp_path / "empty", adapter=False))
     (project / "job.yaml").write_text(JOB.format(volume="sft-out"))
     code, output = nodus("apply", "-f", "job.yaml", "--dry-run", "-o", "json")
+    assert code == 0, output
     document = json.loads(output)
     assert document["status"]["blockingReasons"] == [], output
     workload = document["status"]["workload"]
