@@ -231,3 +231,21 @@ def test_the_dry_run_shows_the_base_and_the_adapter_and_blocks_what_the_plan_ref
     assert blocked.exit_code != 0 and "Dry run blocked: 1 blocking reason" in blocked.stderr
     (blocking,) = json.loads(blocked.stdout)["status"]["blockingReasons"]
     assert blocking["reason"] == "ModelNotFound" and "spec.model.volume: Volume empty revision 1" in blocking["message"]
+
+
+def test_the_plan_sizes_a_model_the_same_plan_exports_by_its_producers_model(project: Path) -> None:
+    """One plan: an SFT LoRA run exports to sft-out, a DPO run trains on its revision 1 (not there yet): the DPO
+    run's estimate knows the model's size from the model the SFT run trains (the adapter's base)."""
+    (project / "volumes" / "sft-out.yaml").write_text(
+        "apiVersion: nodus.dev/v1\nkind: Volume\nmetadata: {name: sft-out}\nspec: {accessMode: ReadWriteOnce}\n"
+    )
+    (project / "sft.yaml").write_text(
+        "apiVersion: nodus.dev/v1beta1\nkind: TrainingJob\nmetadata: {name: sft}\nspec:\n  runtime: nodus/sft\n"
+        f'  state: Suspended\n  model: {{uri: "{BASE}"}}\n  parameters: {{steps: 2, lora: {{r: 8}}}}\n'
+        "  exportTo: {volume: sft-out}\n"
+    )
+    (project / "job.yaml").write_text(JOB.format(volume="sft-out"))
+    code, output = nodus("plan", ".")
+    assert code == 2, output
+    dpo = output[output.index("+ TrainingJob/dpo-from-sft") :].split("\n  + ")[0]
+    assert "# cost:" in dpo and "the model's size is unknown" not in dpo, output

@@ -91,7 +91,7 @@ def facts_for(
     uri = str(model.get("uri") or "")
     return Facts(
         now=context.now,
-        model_size=size_of(job, model, context),
+        model_size=size_of(job, model, context) or _producer_size(job, model, context, documents),
         model_cached=not uri or _imported(uri, context),
         held_out_available=_held_out_available(job, context, documents),
         running=tuple(running_jobs(context, exclude=key)),
@@ -134,6 +134,31 @@ def size_of(job: JSONObject, model: JSONObject, context: Context) -> ModelSize |
             return found
     uri = model.get("uri")
     return model_size.from_name(str(uri)) if uri else None
+
+
+def _producer_size(
+    job: JSONObject,
+    model: JSONObject,
+    context: Context,
+    documents: Mapping[ResourceKey, JSONObject] | None,
+    seen: frozenset[str] = frozenset(),
+) -> ModelSize | None:
+    """For a model from a Volume revision not exported yet: the size of the model the TrainingJob of the same plan
+    that exports to that Volume (`spec.exportTo`) trains, full or LoRA (an adapter resolves to that base); else None."""
+    volume = model.get("volume")
+    if not isinstance(volume, Mapping) or documents is None or str(volume.get("name")) in seen:
+        return None
+    name = str(volume.get("name"))
+    project = str((job.get("metadata") or {}).get("project") or "default")
+    for key, producer in documents.items():
+        export = (producer.get("spec") or {}).get("exportTo")
+        if key.kind != "TrainingJob" or key.project != project or not isinstance(export, Mapping):
+            continue
+        if str(export.get("volume")) == name:
+            started = _model(producer, context, documents)
+            found = size_of(producer, started, context)
+            return found or _producer_size(producer, started, context, documents, seen | {name})
+    return None
 
 
 def _model_folders(job: JSONObject, model: JSONObject, context: Context) -> list[Path]:
