@@ -392,3 +392,42 @@ def test_one_apply_runs_the_sft_job_then_the_dpo_job_that_trains_on_its_export(m
     assert "TrainingJob/sft-full: Succeeded" in output and "TrainingJob/a-dpo: Succeeded" in output, output
     assert status_of("sft-full")["export"]["revision"] == 1
     assert output_json("a-dpo", "provenance.json")["model"]["revision"] == "volume:sft-full-out@1"
+
+
+def test_dpo_trains_on_an_sft_lora_export_merged_into_its_base(model: str) -> None:
+    """Issue 25, problem 4: the seeds' SFT example is LoRA, and its export (`adapter/` with provenance.json) is a
+    model. The DPO run naming that Volume revision gets the base model (the SFT run's pinned start, from its
+    provenance.json) and the adapter, merges the adapter into the base (peft `merge_and_unload`) and trains on the
+    merged weights; its status and provenance.json name both the base and the adapter revision."""
+    rows = [{"question": PROMPT.format(word=w), "answer": answer(w[::-1])} for w in words(120)]
+    upload(jsonl(Path("data/chats.jsonl"), rows), "chats", "chats.jsonl")
+    volume("sft-out")
+    train(
+        "sft-lora",
+        f'  runtime: nodus/sft\n  model: {{uri: "{model}"}}\n'
+        "  data: {volume: chats, path: chats.jsonl, format: JSONL, columns: {prompt: question, completion: answer}}\n"
+        "  parameters: {steps: 4, learningRate: 1.0e-3, lora: {r: 8, alpha: 16}, saveSteps: 4}\n"
+        "  exportTo: {volume: sft-out}\n",
+    )
+    exported = status_of("sft-lora")["export"]
+    assert (exported["phase"], exported["volume"], exported["revision"]) == ("Exported", "sft-out", 1), exported
+
+    upload(jsonl(Path("data/prefs.jsonl"), pairs(120)), "prefs", "prefs.jsonl")
+    results = train(
+        "dpo-from-lora",
+        "  runtime: nodus/dpo\n  model: {volume: {name: sft-out, revision: 1}}\n"
+        "  data: {volume: prefs, format: JSONL, columns: {prompt: prompt, chosen: chosen, rejected: rejected}}\n"
+        "  parameters: {steps: 4, learningRate: 1.0e-2, beta: 0.1, lora: {r: 8, alpha: 16}, saveSteps: 4}\n",
+    )
+    assert results["heldOut"]["metric"] == "heldOutPreferenceAccuracy"
+
+    status = status_of("dpo-from-lora")
+    assert status["model"] == {"base": model, "adapters": ["volume:sft-out@1/adapter"], "merged": True}, status
+    started = output_json("dpo-from-lora", "provenance.json")["model"]
+    assert started["revision"] == "volume:sft-out@1" and started["merged"] is True, started
+    assert started["base"]["revision"] == model
+    (adapter,) = started["adapters"]
+    assert adapter["revision"] == "volume:sft-out@1/adapter"
+    assert (adapter["trainedBy"]["trainingJob"], adapter["trainedBy"]["runtime"]) == ("sft-lora", "nodus/sft")
+    sft_provenance = output_json("sft-lora", "provenance.json")
+    assert started["base"]["digest"] == sft_provenance["model"]["digest"]  # the very base the SFT run trained on

@@ -126,7 +126,7 @@ def test_a_workload_round_trips_through_its_one_serialisation(quickstart: Quicks
     assert document["pricePerHourUSD"] == "3.60" and document["maxCostUSD"] == "1.00"
     assert document["environment"]["manifests"] == quickstart.manifests
     assert document["environment"]["package"]["sourceDigest"] == SOURCE
-    assert document["model"] == {"uri": MODEL, "volume": None}
+    assert document["model"] == {"uri": MODEL, "volume": None, "adapters": []}
     with pytest.raises(ValueError, match="extra"):
         Workload.model_validate({**document, "hostPaths": ["/tmp"]})  # extra="forbid": no field nodus does not know
 

@@ -45,7 +45,7 @@ from nodus.errors import ConfigError
 from nodus.reconciler.apply import operations_of, refusals
 from nodus.reconciler.controllers.admission import Admission, admit, suggest
 from nodus.reconciler.controllers.placement import placement_of
-from nodus.reconciler.controllers.trainingjob import compile_workload, package_source_digest
+from nodus.reconciler.controllers.trainingjob import compile_workload, package_source_digest, volume_model_artifact
 from nodus.reconciler.executors.workload import ModelArtifact, VolumeRevision
 from nodus.reconciler.model_cache import imported, not_cached, snapshot
 from nodus.reconciler.planning.desired import Desired, desired_from
@@ -58,6 +58,7 @@ from nodus.reconciler.pricing.prices import PriceTable, launch_price
 from nodus.reconciler.project import Project
 from nodus.reconciler.references import environment_ref, merge, produced, runtime_key
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore, spec_hash
+from nodus.reconciler.volume_models import UnusableModelError
 from nodus.specs import topology
 from nodus.specs.parse import parse_resources
 from nodus.specs.status_names import Phase, Reason
@@ -336,7 +337,8 @@ def _compiled(
         spec["maxCostUSD"] = workload.max_cost_usd
     details: JSONObject = {
         "workload": workload.model_dump(mode="json", by_alias=True),
-        "platformEnv": [name for name in PLATFORM_ENV if name != "NODUS_INPUT_MODEL" or verdict.model],
+        "platformEnv": [name for name in PLATFORM_ENV if name != "NODUS_INPUT_MODEL" or verdict.model]
+        + (["NODUS_INPUT_ADAPTERS"] if workload.model is not None and workload.model.adapters else []),
     }
     return spec, details
 
@@ -352,8 +354,15 @@ def _model_artifact(verdict: Admission, key: ResourceKey, context: Context) -> M
         found = context.record(ResourceKey("Volume", key.project, str(volume["name"])))
         if found is not None and found.status.get("phase") == Phase.READY:
             # The revision the job pins (the one its producer will export), else the latest, as the controller does.
-            revision = int(volume.get("revision") or found.status.get("revision") or 0)
-            return ModelArtifact(volume=VolumeRevision(name=str(volume["name"]), revision=revision))
+            revision = VolumeRevision(
+                name=str(volume["name"]), revision=int(volume.get("revision") or found.status.get("revision") or 0)
+            )
+            if context.project is None:
+                return ModelArtifact(volume=revision)
+            try:  # an exported adapter: its base and the adapters, as the controller names them
+                return volume_model_artifact(context.project, key.project, revision)
+            except UnusableModelError:
+                return None  # admission refuses it (a blocking reason naming why)
     return None
 
 

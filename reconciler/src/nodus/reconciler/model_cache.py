@@ -50,9 +50,15 @@ BUILT_HERE: dict[str, str] = {
 """Models no hub has, by repository: how to make them (`nodus.runtimes.tiny_model.REPO` is the tiny model's)."""
 
 
-def not_cached(uri: str) -> JSONObject:
+def how_to_cache(uri: str) -> str:
+    """How a person puts `uri` in the local cache (nodus never does): the build of a model made here, else the
+    download command."""
     repo, revision = split_uri(uri)
-    how = BUILT_HERE.get(repo) or f"fetch it once with `huggingface-cli download {repo} --revision {revision}`"
+    return BUILT_HERE.get(repo) or f"fetch it once with `huggingface-cli download {repo} --revision {revision}`"
+
+
+def not_cached(uri: str) -> JSONObject:
+    how = how_to_cache(uri)
     return {
         "phase": Phase.PENDING,
         "reason": Reason.MODEL_NOT_CACHED,

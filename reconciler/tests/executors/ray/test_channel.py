@@ -21,8 +21,10 @@ from nodus.builder.oci import NewLayer, add_layer, write_image
 from nodus.builder.store import Store
 from nodus.errors import ConfigError
 from nodus.reconciler.executors.local.outputs import copy_verified
+from nodus.reconciler.executors.local.resolve import ADAPTERS_VARIABLE, resolve
 from nodus.reconciler.executors.ray.channel import OutputsCache, RegistryChannel, node_store
 from nodus.reconciler.executors.workload import (
+    AdapterArtifact,
     DataArtifact,
     EnvironmentArtifact,
     ModelArtifact,
@@ -209,3 +211,23 @@ def test_a_teacher_and_a_data_revision_reach_the_node_too(tmp_path: Path, local_
     missing = workload(data=DataArtifact(volume=VolumeRevision(name="chats", revision=7)))
     with pytest.raises(ConfigError, match=r"job default/tj-1: data.volume: Volume chats has no revision 7"):
         channel.publish_inputs(missing, project)
+
+
+def test_the_adapters_of_an_exported_model_reach_the_node_where_its_resolver_looks(
+    tmp_path: Path, local_registry: str
+) -> None:
+    """A model that is an exported LoRA adapter over a base: the base and the adapter folder are both published,
+    and the node's resolver hands the trainer the adapter (NODUS_INPUT_ADAPTERS) from its own store."""
+    project = project_at(tmp_path / "project")
+    import_model(model_folder(project, URI))
+    exported = project.volume_revision("default", "sft-out", 1) / "adapter"
+    exported.mkdir(parents=True)
+    (exported / "adapter_config.json").write_text('{"peft_type": "LORA"}\n')
+    adapters = (AdapterArtifact(volume=VolumeRevision(name="sft-out", revision=1), path="adapter"),)
+    job = workload(model=ModelArtifact(uri=URI, adapters=adapters))
+    channel = RegistryChannel.parse(f"{local_registry}/nodus/ray")
+    node = node_store(tmp_path / "node" / "node-jobs")
+    channel.fetch_inputs(job, channel.publish_inputs(job, project), node)
+    there = node.volume_revision("default", "sft-out", 1) / "adapter"
+    assert (there / "adapter_config.json").read_text() == '{"peft_type": "LORA"}\n'
+    assert resolve(job, node).env[ADAPTERS_VARIABLE] == str(there)

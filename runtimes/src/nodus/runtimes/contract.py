@@ -3,6 +3,7 @@
 Who uses it: `grpo_lora.main` and `evaluate.main`. The supervisor sets the variables:
 `NODUS_INPUT_PARAMS` (a folder with `params.json`: task, mode, merged parameters, environment, evaluation,
 trainingJob, modelRevision, runtime), `NODUS_INPUT_MODEL` (the imported, read-only model folder),
+`NODUS_INPUT_ADAPTERS` (LoRA adapters to merge into it first, when the job's model is an exported adapter),
 `NODUS_STATE_DIR` (resumable state: checkpoints, the saved baseline), `NODUS_OUTPUT_DIR` (results), and
 `NODUS_ATTEMPT_API` / `NODUS_JOB_NAME` (the attempt API socket and the job it serves).
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from nodus.runtimes.attempt import AttemptClient
+from nodus.runtimes.merged_model import merge_adapters
 
 
 class ContractError(SystemExit):
@@ -24,6 +26,15 @@ class ContractError(SystemExit):
     def __init__(self, message: str) -> None:
         print(f"nodus runtime: {message}", flush=True)
         super().__init__(2)
+
+
+def _adapters() -> tuple[Path, ...]:
+    """NODUS_INPUT_ADAPTERS: the adapter folders to merge into the model (os.pathsep between them), each checked."""
+    folders = tuple(Path(part) for part in os.environ.get("NODUS_INPUT_ADAPTERS", "").split(os.pathsep) if part)
+    for folder in folders:
+        if not (folder / "adapter_config.json").is_file():
+            raise ContractError(f"NODUS_INPUT_ADAPTERS: {folder} holds no adapter_config.json")
+    return folders
 
 
 def _required(name: str) -> str:
@@ -42,6 +53,10 @@ class RunContext:
     api: AttemptClient
     attempt: str = "1"
     parameters: dict[str, Any] = field(default_factory=dict)
+    base_model: Path | None = None
+    """The base model (NODUS_INPUT_MODEL) where `model` is it with `adapters` merged in; None otherwise."""
+    adapters: tuple[Path, ...] = ()
+    """The LoRA adapter folders merged into `model` (NODUS_INPUT_ADAPTERS), in the order they were trained."""
 
     @classmethod
     def from_environment(cls, *, model_required: bool = True) -> RunContext:
@@ -60,6 +75,11 @@ class RunContext:
         state, outputs = Path(_required("NODUS_STATE_DIR")), Path(_required("NODUS_OUTPUT_DIR"))
         state.mkdir(parents=True, exist_ok=True)
         outputs.mkdir(parents=True, exist_ok=True)
+        adapters = _adapters() if model_required else ()
+        base = None
+        if adapters:
+            # The run's model is an exported LoRA adapter: trained on as its base with the adapters merged in.
+            base, model = model, merge_adapters(model, adapters, state / "input-model")
         api = AttemptClient(_required("NODUS_ATTEMPT_API"), _required("NODUS_JOB_NAME"))
         return cls(
             params=params,
@@ -69,6 +89,8 @@ class RunContext:
             api=api,
             attempt=os.environ.get("NODUS_ATTEMPT", "1"),
             parameters=dict(params.get("parameters") or {}),
+            base_model=base,
+            adapters=adapters,
         )
 
     @property

@@ -99,6 +99,24 @@ def trained_by(model: Path) -> dict[str, Any] | None:
     return None
 
 
+def merged_from(context: RunContext) -> dict[str, Any]:
+    """For a run whose model is LoRA adapters merged into a base (`RunContext.adapters`): the base and each adapter,
+    named as params.json names them, with their digests and the run that trained each adapter. Empty otherwise."""
+    if context.base_model is None or not context.adapters:
+        return {}
+    params = context.params
+    names = list(params.get("modelAdapters") or [])
+    adapters = []
+    for number, folder in enumerate(context.adapters):
+        entry: dict[str, Any] = {"revision": names[number] if number < len(names) else None}
+        entry["digest"] = model_digest(folder)
+        if (earlier := trained_by(folder)) is not None:
+            entry["trainedBy"] = earlier
+        adapters.append(entry)
+    base = {"revision": params.get("modelBase"), "digest": model_digest(context.base_model)}
+    return {"base": base, "adapters": adapters, "merged": True}
+
+
 def provenance(context: RunContext) -> dict[str, Any]:
     params = context.params
     versions: dict[str, str | None] = {}
@@ -120,6 +138,7 @@ def provenance(context: RunContext) -> dict[str, Any]:
             "revision": params.get("modelRevision"),
             "digest": model_digest(context.model),
             **({"trainedBy": earlier} if (earlier := trained_by(context.model)) else {}),
+            **merged_from(context),
         },
         "trainingJob": params.get("trainingJob"),
         "attempt": context.attempt,

@@ -252,6 +252,7 @@ ADMISSION_REASONS: frozenset[Reason] = frozenset(
         Reason.RUNTIME_LACKS_ATTEMPT_API,
         Reason.INVALID_PARAMETERS,
         Reason.MODEL_NOT_PINNED,
+        Reason.MODEL_NOT_FOUND,
         Reason.VOLUME_NOT_FOUND,
         Reason.VOLUME_REVISION_NOT_FOUND,
         Reason.SECRET_NOT_FOUND,

@@ -32,6 +32,7 @@ from typing import Any
 
 from nodus.reconciler.controllers.base import AdmissionContext, Refusal
 from nodus.reconciler.controllers.data_columns import column_refusals
+from nodus.reconciler.controllers.model_volume import model_volume_refusals
 from nodus.reconciler.planning.managed import read_catalog
 from nodus.reconciler.references import environment_ref, merge, runtime_key, split_ref
 from nodus.reconciler.state.records import DEFAULT_PROJECT, ResourceKey, ResourceRecord
@@ -122,7 +123,7 @@ def trainingjob_refusals(record: ResourceRecord | None, job: JSONObject, context
     lowered = lowered_cap(record, job, context.action)
     if lowered:
         found.append(Refusal("", f"spec.maxCostUSD: {lowered}"))
-    return found + column_refusals(job, context)
+    return found + column_refusals(job, context) + model_volume_refusals(job, context)
 
 
 def _known_runtimes(context: AdmissionContext) -> set[ResourceKey]:

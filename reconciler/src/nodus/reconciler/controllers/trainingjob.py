@@ -30,6 +30,7 @@ from typing import Any
 
 from nodus.builder.lockfile import Lock
 from nodus.errors import ConfigError
+from nodus.reconciler import volume_models
 from nodus.reconciler.controllers import sandbox as sandboxes
 from nodus.reconciler.controllers.admission import Admission, admit
 from nodus.reconciler.controllers.attempts import attempts_of
@@ -42,6 +43,7 @@ from nodus.reconciler.controllers.status import write_status
 from nodus.reconciler.controllers.volume import ensure_model
 from nodus.reconciler.executors import Executor, choose_executor, wait_for
 from nodus.reconciler.executors.workload import (
+    AdapterArtifact,
     DataArtifact,
     EnvironmentArtifact,
     GpuResources,
@@ -78,7 +80,7 @@ def executor(project: Project) -> Executor:
     return choose_executor(project.settings().executor_name, project.jobs, record_wire=record_wire, project=project)
 
 
-KEPT = ("source", "launchGeneration", "price", "export", "sandbox", "data")
+KEPT = ("source", "launchGeneration", "price", "export", "sandbox", "data", "model")
 """Status fields the controllers own, carried over when the job's status is copied in (the events watermark is
 `nodus.reconciler.controllers.status.write_status`'s, which carries it whoever writes)."""
 
@@ -206,6 +208,8 @@ def _reconcile_trainingjob(
     status = {**job_status(jobs, record), "launchGeneration": launch_generation(record), "price": price.to_status()}
     if data is not None:
         status["data"] = {"volume": data.volume.name, "revision": data.volume.revision, "path": data.path}
+    if (named := model_status(model)) is not None:
+        status["model"] = named
     if sandbox is not None:
         status["sandbox"] = sandbox.to_status()
     status = exported_status(record, status, jobs, project=project, store=store)
@@ -283,7 +287,7 @@ def _model(
             message = f"{field}: Volume {name} has no revision {pinned} yet (its latest is {latest}): {upload}"
             return None, {"phase": Phase.PENDING, "reason": Reason.VOLUME_NOT_READY, "message": message}
         revision = VolumeRevision(name=name, revision=pinned or latest)
-        return ModelArtifact(volume=revision), None
+        return _volume_model(record, revision, project=project, store=store, field=field)
     return None, None
 
 
@@ -291,6 +295,59 @@ def launched(record: ResourceRecord, store: StateStore) -> bool:
     """Whether the generation this pass runs was launched already (its launch is recorded)."""
     key = launch_key(record)
     return any(launch.launch_key == key for launch in store.launches(record.key))
+
+
+def _volume_model(
+    record: ResourceRecord,
+    revision: VolumeRevision,
+    *,
+    project: Project,
+    store: StateStore,
+    field: str = "spec.model.volume",
+) -> tuple[ModelArtifact | None, JSONObject | None]:
+    """A Volume revision as the workload's model: a full model as it is; a LoRA adapter as its base model (imported
+    as a pinned URI is) with the adapters the trainer merges into it (`nodus.reconciler.volume_models`). A revision
+    that holds nothing trainable Fails: no later look can change a committed revision."""
+    try:
+        artifact = volume_model_artifact(project, record.key.project, revision)
+    except volume_models.UnusableModelError as exc:
+        return None, {"phase": Phase.FAILED, "reason": exc.reason, "message": f"{field}: {exc.message}"}
+    if artifact.uri is not None:  # the base of an adapter: imported from the local cache as a pinned URI is
+        pinned = Admission(True, model={"uri": artifact.uri})
+        base_model, waiting = _model(record, pinned, project=project, store=store)
+        if waiting is not None or base_model is None:
+            return None, waiting
+    return artifact, None
+
+
+def volume_model_artifact(project: Project, owner: str, revision: VolumeRevision) -> ModelArtifact:
+    """The workload's model for a Volume revision (of project `owner`): the revision itself for a full model (or one
+    not committed yet), its base with the adapters over it for a LoRA adapter. Raises UnusableModelError."""
+    resolved = volume_models.resolve(project, owner, revision.name, revision.revision)
+    if resolved is None or not resolved.adapters:
+        return ModelArtifact(volume=revision)
+    adapters = tuple(
+        AdapterArtifact(volume=VolumeRevision(name=a.volume, revision=a.revision), path=a.path)
+        for a in resolved.adapters
+    )
+    if resolved.base_uri is not None:
+        return ModelArtifact(uri=resolved.base_uri, adapters=adapters)
+    assert resolved.base_volume is not None
+    base = VolumeRevision(name=resolved.base_volume[0], revision=resolved.base_volume[1])
+    return ModelArtifact(volume=base, adapters=adapters)
+
+
+def model_status(model: ModelArtifact | None) -> JSONObject | None:
+    """`status.model` of a run whose model is a LoRA adapter over a base: both named (None for any other run)."""
+    if model is None or not model.adapters:
+        return None
+    base = model.uri or (_volume_name(model) if model.volume is not None else None)
+    return {"base": base, "adapters": [_adapter_name(adapter) for adapter in model.adapters], "merged": True}
+
+
+def _adapter_name(adapter: AdapterArtifact) -> str:
+    """`volume:NAME@REV` (with `/adapter` for a run's exported adapter folder)."""
+    return f"volume:{adapter.volume.name}@{adapter.volume.revision}" + (f"/{adapter.path}" if adapter.path else "")
 
 
 def _teacher(
@@ -305,6 +362,9 @@ def _teacher(
     if waiting is not None:
         message = str(waiting.get("message", ""))
         return None, {**waiting, "message": message if message.startswith("spec.") else f"spec.teacher: {message}"}
+    if found is not None and found.adapters:  # only spec.model is merged (NODUS_INPUT_ADAPTERS): never a bare base
+        message = "spec.teacher.volume: it holds a LoRA adapter; a teacher must be a full model"
+        return None, {"phase": Phase.FAILED, "reason": Reason.MODEL_NOT_FOUND, "message": message}
     return found, None
 
 
@@ -362,7 +422,12 @@ def data_params(data: DataArtifact) -> JSONObject:
 
 
 def _volume_revision_name(model: ModelArtifact | None) -> str | None:
-    """`volume:NAME@REV` of a model from a Volume (what provenance.json names it by), else None."""
+    """`volume:NAME@REV` of a model from a Volume (what provenance.json names it by), else None. For an adapter over
+    a base, the revision the job named (the last adapter): a run trained on it resolves to the same base and
+    adapters again (`nodus.reconciler.volume_models`)."""
+    if model is not None and model.adapters:
+        last = model.adapters[-1].volume
+        return f"volume:{last.name}@{last.revision}"
     return None if model is None or model.volume is None else _volume_name(model)
 
 
@@ -450,6 +515,7 @@ def compile_workload(
         "evaluation": {**DEFAULT_EVALUATION, **(spec.get("evaluation") or {})},
         "trainingJob": record.key.name,
         "modelRevision": (verdict.model or {}).get("uri") or _volume_revision_name(model),
+        **({"modelBase": named["base"], "modelAdapters": named["adapters"]} if (named := model_status(model)) else {}),
         "runtime": {
             "name": f"{runtime.key.project}/{runtime.key.name}",
             # The document as applied (normalised, canonical JSON): a changed schema or default is a new digest.

@@ -7,8 +7,9 @@ records (a TrainingJob, a Volume) and, for a trained adapter, its `provenance.js
     spec.model                          serves
     nodus/tiny-qwen3 (catalog id)       the table's pinned revision (or Volume), as `nodus/tiny-qwen3`
     {uri: hf://org/name@commit}         that revision, as `org/name`
-    {volume: {name, revision}}          a model folder as `volume/NAME`; a LoRA adapter folder (adapter_config.json)
-                                        over the base its provenance.json names, as NAME
+    {volume: {name, revision}}          a model folder as `volume/NAME`; a LoRA adapter (adapter_config.json at the
+                                        top, or a run's export with adapter/) over the base its provenance.json
+                                        names, as NAME (`nodus.reconciler.volume_models`)
     {trainingJob: NAME}                 the Succeeded job's outputs/adapter/ over the model it trained (its
                                         provenance.json), as NAME
 
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodus.errors import ConfigError, NodusError
+from nodus.reconciler import volume_models
 from nodus.reconciler.endpoints.model_table import OPERATIONS, ModelEntry, ModelTable
 from nodus.reconciler.executors.protocol import Executor
 from nodus.reconciler.executors.service import Adapter, JobOutput
@@ -144,18 +146,24 @@ def _volume(
     if stored is None or stored.status.get("phase") != Phase.READY:
         return NotYet(Reason.VOLUME_NOT_READY, f"Volume {name} is not Ready")
     revision = int(volume.get("revision") or stored.status.get("revision") or 0)
-    folder = project.volume_revision(record.key.project, name, revision)
-    if not folder.is_dir():
-        raise ConfigError(f"spec.model.volume: Volume {name} has no revision {revision}")
     where = f"spec.model.volume: Volume {name} revision {revision}"
-    if not (folder / "adapter_config.json").is_file():
+    try:
+        resolved = volume_models.resolve(project, record.key.project, name, revision)
+    except volume_models.UnusableModelError as exc:
+        raise ConfigError(f"spec.model.volume: {exc.message}", hint=exc.hint) from None
+    if resolved is None:
+        raise ConfigError(f"spec.model.volume: Volume {name} has no revision {revision}")
+    if not resolved.adapters:
         artifact = ModelArtifact(volume=_revision(name, revision))
         return Served(model_id=f"volume/{name}", served_name=f"volume/{name}", base=artifact, source=where)
-    provenance = folder / "provenance.json"
-    if not provenance.is_file():
-        raise ConfigError(f"{where} holds an adapter but no provenance.json naming its base model")
-    uri = _base_of(_json(provenance.read_bytes(), str(provenance)), where)
-    adapter = Adapter(name=name, volume=_revision(name, revision))
+    if resolved.base_uri is None or len(resolved.adapters) > 1:
+        raise ConfigError(
+            f"{where} holds a LoRA adapter trained over {resolved.base_name} with "
+            f"{len(resolved.adapters) - 1} earlier adapter(s) merged in: an endpoint serves one adapter over a pinned "
+            "base model; export a full model to serve it"
+        )
+    uri = resolved.base_uri
+    adapter = Adapter(name=name, volume=_revision(name, revision), path=resolved.adapters[0].path)
     served = _base(uri, table, ModelArtifact(uri=uri), served_name=name, source=f"{where} over {uri}")
     return Served(**{**served.__dict__, "adapters": (adapter,)})
 

@@ -58,6 +58,8 @@ class Adapter(WorkloadModel):
     name: str
     job: JobOutput | None = None
     volume: VolumeRevision | None = None
+    path: str = ""
+    """With `volume`: the adapter's folder in the revision (`adapter` for a run's export, empty at its top)."""
 
 
 class Service(WorkloadModel):

@@ -123,11 +123,22 @@ class VolumeRevision(WorkloadModel):
     revision: int = Field(ge=0)
 
 
+class AdapterArtifact(WorkloadModel):
+    """A LoRA adapter in a Volume's revision: `path` is its folder inside the revision (`adapter` for a run's
+    exported outputs, empty for an adapter uploaded at the top)."""
+
+    volume: VolumeRevision
+    path: str = ""
+
+
 class ModelArtifact(WorkloadModel):
-    """The model the trainer starts from: a pinned URI (`hf://org/name@commit`) or a Volume's revision."""
+    """The model the trainer starts from: a pinned URI (`hf://org/name@commit`) or a Volume's revision, with the
+    LoRA adapters (`adapters`, in the order they were trained) the trainer merges into it before training (a Volume
+    revision holding an exported adapter, `nodus.reconciler.volume_models`)."""
 
     uri: str | None = None
     volume: VolumeRevision | None = None
+    adapters: tuple[AdapterArtifact, ...] = ()
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelArtifact:

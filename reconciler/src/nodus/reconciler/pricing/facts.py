@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from nodus.builder.lockfile import Lock
+from nodus.reconciler import volume_models
 from nodus.reconciler.model_cache import imported, model_folder, snapshot
 from nodus.reconciler.pricing import model_size
 from nodus.reconciler.pricing.estimate import Estimate, Facts, RunningJob, estimate_plain_job, estimate_trainingjob
@@ -90,7 +91,7 @@ def facts_for(
     uri = str(model.get("uri") or "")
     return Facts(
         now=context.now,
-        model_size=size_of(job, model, context),
+        model_size=size_of(job, model, context) or _producer_size(job, model, context, documents),
         model_cached=not uri or _imported(uri, context),
         held_out_available=_held_out_available(job, context, documents),
         running=tuple(running_jobs(context, exclude=key)),
@@ -135,6 +136,31 @@ def size_of(job: JSONObject, model: JSONObject, context: Context) -> ModelSize |
     return model_size.from_name(str(uri)) if uri else None
 
 
+def _producer_size(
+    job: JSONObject,
+    model: JSONObject,
+    context: Context,
+    documents: Mapping[ResourceKey, JSONObject] | None,
+    seen: frozenset[str] = frozenset(),
+) -> ModelSize | None:
+    """For a model from a Volume revision not exported yet: the size of the model the TrainingJob of the same plan
+    that exports to that Volume (`spec.exportTo`) trains, full or LoRA (an adapter resolves to that base); else None."""
+    volume = model.get("volume")
+    if not isinstance(volume, Mapping) or documents is None or str(volume.get("name")) in seen:
+        return None
+    name = str(volume.get("name"))
+    project = str((job.get("metadata") or {}).get("project") or "default")
+    for key, producer in documents.items():
+        export = (producer.get("spec") or {}).get("exportTo")
+        if key.kind != "TrainingJob" or key.project != project or not isinstance(export, Mapping):
+            continue
+        if str(export.get("volume")) == name:
+            started = _model(producer, context, documents)
+            found = size_of(producer, started, context)
+            return found or _producer_size(producer, started, context, documents, seen | {name})
+    return None
+
+
 def _model_folders(job: JSONObject, model: JSONObject, context: Context) -> list[Path]:
     if context.project is None:
         return []
@@ -145,10 +171,17 @@ def _model_folders(job: JSONObject, model: JSONObject, context: Context) -> list
         return [*found, *([cached] if cached is not None else [])]
     volume = model.get("volume")
     if volume:
-        project = (job.get("metadata") or {}).get("project") or "default"
-        record = context.record(ResourceKey("Volume", str(project), str(volume.get("name"))))
-        path = (record.status if record else {}).get("path")
-        return [Path(str(path))] if path else []
+        project = str((job.get("metadata") or {}).get("project") or "default")
+        record = context.record(ResourceKey("Volume", project, str(volume.get("name"))))
+        revision = int(volume.get("revision") or (record.status if record else {}).get("revision") or 0)
+        if not revision:
+            return []
+        try:
+            # The revision named (else the latest): a full model's folder, or the base model of a LoRA adapter.
+            resolved = volume_models.resolve(context.project, project, str(volume.get("name")), revision)
+        except volume_models.UnusableModelError:
+            return []  # admission refuses it, naming why
+        return [resolved.base_folder] if resolved is not None else []
     return []
 
 

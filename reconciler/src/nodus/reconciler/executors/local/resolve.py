@@ -7,8 +7,9 @@ folder. What the workload names by content becomes a place on this machine:
   `manifests/by-environment/<project>-<name>@<version>/<split>-<seed>.jsonl`, shared by every run of that version
   (any other seed is written by the first run that asks for it);
 - the package: its `file://` host hint, for process-mode graders (container mode runs the grader image);
-- the model: the project's imported copy of a pinned URI, or the Volume's revision folder (NODUS_INPUT_MODEL), and
-  a distillation's teacher the same way (NODUS_INPUT_TEACHER);
+- the model: the project's imported copy of a pinned URI, or the Volume's revision folder (NODUS_INPUT_MODEL), the
+  LoRA adapters the trainer merges into it first (NODUS_INPUT_ADAPTERS), and a distillation's teacher the same way
+  (NODUS_INPUT_TEACHER);
 - the data: the data Volume's revision folder (NODUS_INPUT_DATA);
 - the command: `python`/`python3` of a TrainingJob's runtime run on the host (no image) is the interpreter nodus
   runs in, the one that has the managed runtimes' trainers installed with it; an image's command, and a Job's
@@ -32,7 +33,7 @@ from nodus.errors import ConfigError, NodusError
 from nodus.reconciler.model_cache import imported, model_folder
 from nodus.reconciler.project import Project
 
-from ..workload import EnvironmentArtifact, ModelArtifact, Workload
+from ..workload import AdapterArtifact, EnvironmentArtifact, ModelArtifact, Workload
 from .job import EnvironmentSpec, JobSpec
 from .single_node_launchers import launched
 
@@ -40,6 +41,8 @@ HOST_PYTHONS: Final = frozenset({"python", "python3"})
 MODEL_VARIABLE: Final = "NODUS_INPUT_MODEL"
 TEACHER_VARIABLE: Final = "NODUS_INPUT_TEACHER"
 DATA_VARIABLE: Final = "NODUS_INPUT_DATA"
+ADAPTERS_VARIABLE: Final = "NODUS_INPUT_ADAPTERS"
+"""The LoRA adapter folders (os.pathsep between them, in training order) the trainer merges into NODUS_INPUT_MODEL."""
 
 
 def resolve(workload: Workload, project: Project | None, *, python: str = sys.executable) -> JobSpec:
@@ -50,6 +53,10 @@ def resolve(workload: Workload, project: Project | None, *, python: str = sys.ex
     label = f"workload {workload.key.project}/{workload.key.name}"
     if workload.model is not None:
         env[MODEL_VARIABLE] = str(model_path(workload.model, workload.key.project, label, project))
+        if workload.model.adapters:
+            env[ADAPTERS_VARIABLE] = os.pathsep.join(
+                str(adapter_path(adapter, workload.key.project, label, project)) for adapter in workload.model.adapters
+            )
     if workload.teacher is not None:
         env[TEACHER_VARIABLE] = str(model_path(workload.teacher, workload.key.project, f"{label}: teacher", project))
     if workload.data is not None:
@@ -156,6 +163,19 @@ def model_path(model: ModelArtifact, owner: str, label: str, project: Project | 
         raise ConfigError(f"{label}: model.volume: Volume {model.volume.name} has no revision {model.volume.revision}")
     if not (folder / "config.json").is_file() and (folder / "model" / "config.json").is_file():
         return folder / "model"  # a run's exported outputs: its full model is in model/, beside results and provenance
+    return folder
+
+
+def adapter_path(adapter: AdapterArtifact, owner: str, label: str, project: Project | None) -> Path:
+    """Where a LoRA adapter of the model is on this host: its folder in the Volume's revision."""
+    if project is None:
+        raise ConfigError(f"{label}: model.adapters: this executor has no project to find Volumes in")
+    volume = adapter.volume
+    folder = volume_folder(project, owner, volume.name, volume.revision) / adapter.path
+    if not (folder / "adapter_config.json").is_file():
+        where = f"{adapter.path}/ of " if adapter.path else ""
+        detail = f"{where}Volume {volume.name} revision {volume.revision} holds no adapter_config.json"
+        raise ConfigError(f"{label}: model.adapters: {detail}")
     return folder
 
 

@@ -225,7 +225,7 @@ class LocalServices:
                 f"{label}: adapter {adapter.name}: Volume {adapter.volume.name} has no revision "
                 f"{adapter.volume.revision}"
             )
-        return folder
+        return folder / adapter.path
 
     def _alive(self, files: ServiceFiles) -> bool:
         launched = read_json(files.supervisor) or {}

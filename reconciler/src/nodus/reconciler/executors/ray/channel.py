@@ -54,6 +54,8 @@ LAYOUT: Final = "ray-channel"
 MANIFESTS_PREFIX: Final = "manifests/"
 MODEL_PREFIX: Final = "model/"
 TEACHER_PREFIX: Final = "teacher/"
+ADAPTER_PREFIX: Final = "adapter"
+"""`adapter<N>/`: the N-th LoRA adapter the trainer merges into the model."""
 DATA_PREFIX: Final = "data/"
 NODE_STORE: Final = "node-store"
 """Beside a node's jobs folder: the store its sessions fill from the registry (images, manifests, models)."""
@@ -225,6 +227,13 @@ def _folders(workload: Workload, project: Project, label: str, *, existing: bool
     found: dict[str, Path] = {}
     if workload.model is not None:
         found[MODEL_PREFIX] = _model_folder(workload.model, workload, project, f"{label}: model", existing)
+        for number, adapter in enumerate(workload.model.adapters):
+            # Where the node's resolver looks for it (`resolve.adapter_path`): the same Volume revision's folder.
+            volume = adapter.volume
+            folder = project.volume_revision(workload.project, volume.name, volume.revision) / adapter.path
+            if existing and not folder.is_dir():
+                raise ConfigError(f"{label}: model.adapters: Volume {volume.name} has no revision {volume.revision}")
+            found[f"{ADAPTER_PREFIX}{number}/"] = folder
     if workload.teacher is not None:
         found[TEACHER_PREFIX] = _model_folder(workload.teacher, workload, project, f"{label}: teacher", existing)
     if workload.data is not None:
