@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from nodus.cli import plan_apply
+from nodus.cli import resources as cli_resources
 from nodus.cli.main import cli
 from nodus.reconciler import refresh as refresh_module
 from nodus.reconciler.controllers import registry as registry_module
@@ -116,6 +117,7 @@ def test_plan_says_when_a_status_is_older_than_its_heartbeat(
         registry = Registry(StoredOnlyController())
         registry.register(Beating())
         monkeypatch.setattr(registry_module, "REGISTRY", registry)
+        monkeypatch.setattr(cli_resources, "REGISTRY", registry)  # read_heartbeats holds its own name for it
         serial = store.serial()
         plan_apply._note_statuses_behind(project, store)
         assert store.serial() == serial
