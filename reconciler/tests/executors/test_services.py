@@ -182,6 +182,22 @@ def test_a_service_reports_each_change_of_its_readiness(executor: LocalExecutor,
     while reported(log)[-1] != [Phase.RUNNING, True] or [Phase.PENDING, False] not in reported(log):
         assert time.monotonic() < deadline, reported(log)
         time.sleep(0.1)
+    supervisor = (read_json(executor.services.files("default", "echo").supervisor) or {})["pid"]
+    while zombies_of(supervisor):  # each ended report is reaped at the supervisor's next tick
+        assert time.monotonic() < deadline, zombies_of(supervisor)
+        time.sleep(0.1)
+
+
+def zombies_of(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split() if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if fields and fields[0] == "Z" and int(fields[1]) == parent:
+            found.append(int(entry.name))
+    return found
 
 
 def test_a_service_whose_folder_is_gone_stops_and_writes_nothing(executor: LocalExecutor) -> None:

@@ -154,10 +154,11 @@ def reconcile_endpoint(record: ResourceRecord, *, project: Project, store: State
         if folder is None:
             return _waiting(Phase.PENDING, str(why.get("reason")), str(why.get("message")))
     try:
+        gateway = ensure_gateway(project, store, services)  # first: a port it cannot have starts no model server
         services.launch_service(service_of(record, served, project))
-        gateway = ensure_gateway(project, store, services)
     except ConfigError as exc:
-        return _waiting(Phase.FAILED, Reason.LAUNCH_FAILED, exc.message)
+        hint = f" (hint: {exc.hint})" if exc.hint else ""
+        return _waiting(Phase.FAILED, Reason.LAUNCH_FAILED, exc.message + hint)
     status = _status(record, services.observe_service(record.key.project, record.key.name), served)
     return _with_gateway(status, record, gateway)
 

@@ -96,13 +96,18 @@ class Reporter:
     def request(self) -> None:
         if not self.argv:
             return
-        if self.running is not None and self.running.poll() is None:
+        self.poll()
+        if self.running is not None:
             self.again = True
             return
         self._start()
 
     def poll(self) -> None:
-        if self.again and self.running is not None and self.running.poll() is not None:
+        """Reap a report that ended (no zombie is left behind) and start the one asked for meanwhile."""
+        if self.running is None or self.running.poll() is None:
+            return
+        self.running = None
+        if self.again:
             self.again = False
             self._start()
 
