@@ -4,7 +4,8 @@ Who calls it: where the reconcile loop runs, under the apply lease: `nodus refre
 `nodus wait`, `nodus apply --wait` and `nodus controller` (`nodus.reconciler.gitops.sync`). Never `nodus get`,
 `describe` or `plan`: those are pure reads.
 
-A service's supervisor runs `python -m nodus.reconciler.refresh --path ROOT [--state URL] KIND [--project P NAME...]`
+A service's supervisor runs `python -m nodus.reconciler.refresh --path ROOT --state-dir DIR [--state URL] KIND
+[--project P NAME...]`
 each time its service becomes ready or stops being ready (`executors.service.Report`, set by the InferenceEndpoint
 controller): only those records are refreshed (`refresh_records`), so a started endpoint is Running, and routed by
 the gateway, without a later `nodus` command. It does not take the apply lease: a service's observation only reads
@@ -107,12 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*")
     parser.add_argument("--path", type=Path, required=True, help="the project folder")
     parser.add_argument("--state", help="the state store (default: the project's)")
+    parser.add_argument("--state-dir", type=Path, help="the project's state folder (default: ROOT/.nodus)")
     parser.add_argument("--project", dest="namespace", help="the nodus project of NAMES")
     args = parser.parse_args(argv)
     try:
         if not args.path.is_dir():
             return 0  # the project is gone: nothing to tell
-        project = Project.find(args.path, state=args.state)
+        project = Project.find(args.path, state=args.state, state_dir=args.state_dir)
         store = project.open_state(create=False)
         try:
             for change in refresh_records(project, store, args.kind, args.names, args.namespace):

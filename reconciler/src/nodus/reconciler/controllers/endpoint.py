@@ -93,7 +93,8 @@ REFRESH_MODULE: Final = "nodus.reconciler.refresh"
 def report_of(project: Project, kind: str, *names: str, namespace: str | None = None) -> Report:
     """What a service's supervisor runs when the service becomes ready or stops being so: a refresh of these
     records, so their stored status (which the gateway routes by) follows without a later nodus command."""
-    command = [HOST_PYTHON, "-m", REFRESH_MODULE, "--path", str(project.root)]
+    # The state folder and store as this process found them (NODUS_HOME, NODUS_STATE): the report gets neither.
+    command = [HOST_PYTHON, "-m", REFRESH_MODULE, "--path", str(project.root), "--state-dir", str(project.files.root)]
     if project.state_url is not None:
         command += ["--state", project.state_url]
     if namespace is not None:
