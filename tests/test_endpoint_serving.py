@@ -1,6 +1,7 @@
 """An InferenceEndpoint through `nodus apply`: the model table's `nodus/tiny-qwen3` imported from the local cache and
 served by the model server as a service of the local executor, Running once it answers; `nodus stop`/`start`
-(`spec.state`) stop and start it; a delete stops it; a catalog id the table lacks is refused at plan time.
+(`spec.state`) stop and start it; a delete stops it; a catalog id the table lacks is refused at plan time. A started
+endpoint (`start`, `create` without `--wait`) serves with no later command: only pure reads (`get`) follow it.
 
 Needs the training stack (the model server runs on transformers) and the tiny model (built here, no download).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -134,3 +136,34 @@ def test_a_catalog_id_the_table_lacks_is_refused_at_plan_time(project: Path) -> 
         "endpoint.yaml: InferenceEndpoint/chat: spec.model: acme/unknown-7b is not in the model table (it has: "
         in output
     )
+
+
+def until_running(name: str, timeout: float = 300.0) -> dict[str, Any]:
+    """Its status once Running, read by `nodus get` alone (a pure read: nothing reconciles meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = status_of(name)
+        if status.get("phase") == "Running":
+            return status
+        assert time.monotonic() < deadline, status
+        time.sleep(0.5)
+
+
+def test_a_started_endpoint_serves_with_no_later_command(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, output = nodus("create", "inferenceendpoint", "chat", "--model", "nodus/tiny-qwen3")  # no --wait
+    assert code == 0, output
+    status = until_running("chat")
+    assert status["url"].startswith("http://127.0.0.1:") and status["conditions"][0]["status"] == "True"
+    code, output = nodus("keys", "create", "app")
+    assert code == 0, output
+    monkeypatch.setenv("NODUS_API_KEY", output.splitlines()[0])
+    code, output = nodus("inference", "chat", "--endpoint", "chat", "reverse: a b", "--max-tokens", "4")
+    assert code == 0 and "request ireq_" in output, output
+
+    code, output = nodus("stop", "ep/chat")
+    assert code == 0 and status_of("chat")["phase"] == "Stopped", output
+    code, output = nodus("start", "ep/chat")
+    assert code == 0 and "inferenceendpoint/chat started" in output, output
+    until_running("chat")
+    code, output = nodus("inference", "chat", "--endpoint", "chat", "reverse: c d", "--max-tokens", "4")
+    assert code == 0 and "request ireq_" in output, output

@@ -13,6 +13,7 @@ from nodus.reconciler.controllers.endpoint import service_of
 from nodus.reconciler.endpoints.model_table import load_models
 from nodus.reconciler.endpoints.served import Served
 from nodus.reconciler.executors.workload import GpuResources, ModelArtifact, Resources
+from nodus.reconciler.project import Project
 from nodus.reconciler.state.records import ResourceKey, ResourceRecord
 
 PINNED = "hf://openai/gpt-oss-20b@" + "a" * 40
@@ -38,9 +39,11 @@ def test_a_projects_entry_wins_and_its_gpu_places_the_server(tmp_path: Path) -> 
         spec_hash="h",
     )
     served = Served(model_id=entry.id, served_name=entry.id, base=ModelArtifact(uri=PINNED), gpu=entry.gpu)
-    assert service_of(record, served).resources == Resources(gpu=GpuResources(types=("l4-24g",), count=2))
+    (tmp_path / "nodus.lock").write_text("lockfileVersion: 1\nenvironments: {}\n")
+    project = Project.find(tmp_path)
+    assert service_of(record, served, project).resources == Resources(gpu=GpuResources(types=("l4-24g",), count=2))
     cpu = Served(model_id="nodus/tiny-qwen3", served_name="nodus/tiny-qwen3", base=ModelArtifact(uri=PINNED))
-    assert service_of(record, cpu).resources is None
+    assert service_of(record, cpu, project).resources is None
 
 
 @pytest.mark.parametrize(

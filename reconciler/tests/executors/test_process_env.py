@@ -94,12 +94,19 @@ def test_the_variables_a_secret_is_read_from_are_its_env_keys_with_the_prefix() 
 
 
 def test_the_gateway_alone_takes_the_state_stores_connection_settings(tmp_path: Path) -> None:
-    from nodus.reconciler.controllers.endpoint import gateway_service
+    from nodus.reconciler.controllers.endpoint import gateway_service, report_of
+    from nodus.reconciler.inference.gateway_address import Address
     from nodus.reconciler.project import Project
 
     (tmp_path / "nodus.lock").write_text("lockfileVersion: 1\nenvironments: {}\n")
-    service = gateway_service(Project.find(tmp_path))
+    project = Project.find(tmp_path)
+    service = gateway_service(project, Address("127.0.0.1", 8400))
     assert service.pass_env == STATE_STORE_SETTINGS == ("PG*",)
+    # A model server's report (a refresh, which opens the store) takes them too; its server does not.
+    report = report_of(project, "InferenceEndpoint", "chat")
+    assert report.pass_env == STATE_STORE_SETTINGS
+    # Where this process found the state (NODUS_HOME, NODUS_STATE) is said, not left to the report's environment.
+    assert report.command[report.command.index("--state-dir") + 1] == str(project.files.root)
 
 
 def test_a_ray_node_of_cluster_up_gets_the_base_environment_rays_settings_and_no_token(

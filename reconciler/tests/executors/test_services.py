@@ -6,7 +6,9 @@ this host lacks what it names."""
 from __future__ import annotations
 
 import http.client
+import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -18,7 +20,7 @@ import pytest
 from nodus.errors import ConfigError
 from nodus.reconciler.executors.local import LocalExecutor
 from nodus.reconciler.executors.local.job import read_json, same_process_alive, start_ticks
-from nodus.reconciler.executors.service import Adapter, JobOutput, Service, ServiceKey
+from nodus.reconciler.executors.service import Adapter, JobOutput, Report, Service, ServiceKey
 from nodus.specs.status_names import Phase, Reason
 
 pytestmark = pytest.mark.slow
@@ -153,3 +155,62 @@ def test_what_the_host_lacks_is_refused_in_one_line(executor: LocalExecutor) -> 
     with pytest.raises(ConfigError, match=r"adapter support: TrainingJob/quickstart has no adapter/ in its outputs"):
         executor.services.launch_service(service(adapters=(adapter,), command=("python", "{adapter:support}")))
     assert executor.services.observe_service("default", "echo").phase == Phase.PENDING  # nothing started
+
+
+REPORT = """
+import json, sys
+status = json.load(open("status.json"))
+with open(sys.argv[1], "a") as out:
+    out.write(json.dumps([status["phase"], status["ready"]]) + "\\n")
+"""
+
+
+def reported(path: Path) -> list[list[object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_service_reports_each_change_of_its_readiness(executor: LocalExecutor, tmp_path: Path) -> None:
+    log = tmp_path / "reports.jsonl"
+    executor.services.launch_service(service(report=Report(command=("python", "-c", REPORT, str(log)))))
+    seen = until(executor, "echo", lambda s: s.ready)
+    deadline = time.monotonic() + 30
+    while [Phase.RUNNING, True] not in reported(log):  # reported without anyone asking
+        assert time.monotonic() < deadline, reported(log)
+        time.sleep(0.1)
+    os.kill(int(get(seen.address.removeprefix("unix:"), "/").rsplit(" ", 1)[1]), signal.SIGKILL)  # type: ignore[union-attr]
+    until(executor, "echo", lambda s: s.ready and s.restarts == 1)
+    while reported(log)[-1] != [Phase.RUNNING, True] or [Phase.PENDING, False] not in reported(log):
+        assert time.monotonic() < deadline, reported(log)
+        time.sleep(0.1)
+    supervisor = (read_json(executor.services.files("default", "echo").supervisor) or {})["pid"]
+    while zombies_of(supervisor):  # each ended report is reaped at the supervisor's next tick
+        assert time.monotonic() < deadline, zombies_of(supervisor)
+        time.sleep(0.1)
+
+
+def zombies_of(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split() if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if fields and fields[0] == "Z" and int(fields[1]) == parent:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_service_whose_folder_is_gone_stops_and_writes_nothing(executor: LocalExecutor) -> None:
+    executor.services.launch_service(service())
+    seen = until(executor, "echo", lambda s: s.ready)
+    served_by = int(get(seen.address.removeprefix("unix:"), "/").rsplit(" ", 1)[1])  # type: ignore[union-attr]
+    files = executor.services.files("default", "echo")
+    supervisor = read_json(files.supervisor) or {}
+    shutil.rmtree(files.dir)  # the project deleted under it
+    deadline = time.monotonic() + 30
+    while same_process_alive(supervisor["pid"], supervisor["startTicks"]) or same_process_alive(
+        served_by, start_ticks(served_by)
+    ):
+        assert time.monotonic() < deadline, "the supervisor or its server outlived the folder"
+        time.sleep(0.1)
+    assert not files.dir.exists()

@@ -8,6 +8,7 @@ Marked slow: each test starts gateway processes (about a second each).
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,8 +18,10 @@ from typing import Any
 
 import pytest
 
+from nodus.reconciler.inference.gateway_address import project_id
 from nodus.reconciler.inference.keys import create_key
 from nodus.reconciler.inference.ledger import Ledger, Receipt, ReceiptState
+from nodus.reconciler.state import open_store
 from nodus.reconciler.state.sql import SqlStore
 
 from .conftest import PutEndpoint
@@ -187,3 +190,24 @@ def test_a_taken_socket_is_refused_in_one_line(store_url: str, tmp_path: Path) -
         )
     assert result.returncode == 2 and "another process is listening there" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_gateway_names_its_project_and_stops_once_the_project_folder_is_gone(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "nodus.lock").write_text("lockfileVersion: 1\nenvironments: {}\n")
+    state = root / ".nodus" / "state.db"
+    store = open_store(f"sqlite://{state}", project_state_dir=root / ".nodus")
+    try:
+        own = project_id(store, create=True)
+    finally:
+        store.close()
+    with gateway_process(f"sqlite://{state}", tmp_path, "--project-root", str(root)) as gateway:
+        health = gateway.client().request("GET", "/health")
+        assert health.body["project"] == own and health.body["root"] == str(root.resolve())
+        assert health.body["pid"] == gateway.process.pid
+        shutil.rmtree(root)
+        _, err = gateway.process.communicate(timeout=60)  # it ends by itself
+        assert gateway.process.returncode == 0, err
+        assert err.strip().endswith(f"nodus gateway: stopped: its project folder {root.resolve()} is gone"), err
+        assert "Traceback" not in err

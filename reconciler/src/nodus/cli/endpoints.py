@@ -4,7 +4,9 @@ Who calls it: `nodus.cli.main` registers the commands. `create inferenceendpoint
 --max-concurrent --max-cost --allowed-key` compiles its flags into an InferenceEndpoint document, validates it like a
 file, and applies it through apply's path (the apply lease, admission: a model id the table lacks is refused before
 anything is written), touching no other resource; `--wait` follows it until Running. `stop ep/NAME` and
-`start ep/NAME` patch its `spec.state` (Stopped: it answers 503 until started) through `nodus patch`'s path.
+`start ep/NAME` patch its `spec.state` (Stopped: it answers 503 until started) through `nodus patch`'s path. Without
+`--wait` nothing more is needed: once its model answers, its service's supervisor refreshes its status (Running) and
+the gateway routes to it (`controllers/endpoint.report_of`).
 """
 
 from __future__ import annotations

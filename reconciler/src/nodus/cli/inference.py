@@ -2,11 +2,12 @@
 
 Who calls it: `nodus.cli.main` registers the groups. Keys live in the project's state store (only a sha256 of each
 secret: `nodus.reconciler.inference.keys`); `keys create` prints the secret once, on stdout, for a script to keep.
-`inference chat` calls the gateway at nodus.yaml's `inference.gateway` address (`http://127.0.0.1:8400/v1` by
-default) with the key in NODUS_API_KEY, as any OpenAI client would: the answer on stdout, and on stderr the request
-id, the model that answered, the tokens and the charge (its receipt, from the store). `inference models` lists what
-can be called (the model table and the project's endpoints, a pure read); `inference receipt ID` shows a request's
-receipt for 30 days.
+`inference chat` calls the project's gateway (its own port: nodus.yaml's `inference.gateway.port`, else the one chosen
+at its first start, `http://127.0.0.1:8400/v1` for the first project of a host), once its `/health` says it is this
+project's (no key goes to another project's gateway), with the key in NODUS_API_KEY, as any OpenAI client would: the
+answer on stdout, and on stderr the request id, the model that answered, the tokens and the charge (its receipt, from
+the store). `inference models` lists what can be called (the model table and the project's endpoints, a pure read);
+`inference receipt ID` shows a request's receipt for 30 days.
 """
 
 from __future__ import annotations
@@ -187,7 +188,7 @@ def chat(
     path: Path | None,
 ) -> None:
     """Send PROMPT as one user message; the answer on stdout, the request, model, tokens and charge on stderr."""
-    from nodus.reconciler.controllers.endpoint import gateway_url
+    from nodus.reconciler.inference.gateway_address import check_gateway
 
     if (model is None) == (endpoint is None):
         raise ConfigError("give exactly one of --model or --endpoint", hint='nodus inference chat --endpoint bot "hi"')
@@ -195,7 +196,11 @@ def chat(
     if not key:
         raise ConfigError(f"{API_KEY_VARIABLE} is not set", hint="nodus keys create NAME prints a key; export it")
     project = Project.find(path or Path.cwd(), state=state)
-    base = gateway_url(project)
+    store = project.open_state(create=False)
+    try:
+        base = check_gateway(project, store).url
+    finally:
+        store.close()
     body = {
         "model": model or f"endpoint/{endpoint}",
         "messages": [{"role": "user", "content": prompt}],

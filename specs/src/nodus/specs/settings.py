@@ -15,7 +15,7 @@ project without the file behaves as before:
     grading:
       sandbox: container   # auto (default) | container | process
     inference:
-      gateway: {port: 8400}  # the gateway's base URL: http://127.0.0.1:8400/v1
+      gateway: {port: 8400}  # the gateway's base URL: http://127.0.0.1:8400/v1 (default: one chosen per project)
 """
 
 from __future__ import annotations
@@ -95,8 +95,9 @@ class GatewaySettings(SpecModel):
 
     host: str = "127.0.0.1"
     """A loopback address: the gateway is reached from this machine (put a TLS proxy in front to share it)."""
-    port: int = Field(default=8400, ge=1, le=65535)
-    """Its TCP port; two projects on one machine need two ports."""
+    port: int | None = Field(default=None, ge=1, le=65535)
+    """Its TCP port. None (the default): chosen at the gateway's first start, 8400 or the next port above it that no
+    other project's gateway holds, and kept in the project's state store."""
 
     @field_validator("host")
     @classmethod

@@ -9,7 +9,9 @@ adapter), its base imported once from the local Hugging Face cache (never downlo
 it is there), and the service launched on the executor's service host: `python -m nodus.runtimes.serving` over the
 model folder with the adapters, on a Unix socket of the host's (`executors/service.py`). A new generation of the
 endpoint (another model) replaces the service; limits and the cap change in place and never restart it (the gateway
-reads them from the store at each request).
+reads them from the store at each request). Each service reports its readiness changes (`report_of`: its supervisor
+runs a refresh of the endpoint), so `nodus start` or `create` without `--wait` leave it Running once it answers,
+with no later command. The gateway is stopped with the project's last endpoint that wants it (stopped or deleted).
 
 Status it writes (what the gateway, `nodus get ep` and `describe` read):
     phase        Pending (starting, or waiting: reason ModelNotCached, VolumeNotReady, TrainingJobNotSucceeded),
@@ -18,7 +20,7 @@ Status it writes (what the gateway, `nodus get ep` and `describe` read):
     model        the id prices and `GET /v1/models` know it by; servedModel: the name the upstream knows
     upstream     `unix:/path/to.sock`: where the gateway forwards requests
     url          `http://127.0.0.1:8400/endpoints/PROJECT/NAME/v1`: its own base URL on the project's gateway (which
-                 this controller keeps up too, on the address of nodus.yaml's `inference.gateway`)
+                 this controller keeps up too, on the project's own port: `inference.gateway_address`)
     weights      where the weights came from; restarts: how often its process was started again
 """
 
@@ -32,12 +34,13 @@ from nodus.reconciler.controllers.volume import ensure_model
 from nodus.reconciler.endpoints.model_table import load_models
 from nodus.reconciler.endpoints.served import NotYet, Served, served_model
 from nodus.reconciler.executors.process_env import STATE_STORE_SETTINGS
-from nodus.reconciler.executors.service import Service, ServiceHost, ServiceKey, ServiceObservation
+from nodus.reconciler.executors.service import Report, Service, ServiceHost, ServiceKey, ServiceObservation
 from nodus.reconciler.executors.workload import GpuResources, Resources
 from nodus.reconciler.inference.api import gateway_command
+from nodus.reconciler.inference.gateway_address import Address, choose_address
 from nodus.reconciler.project import Project
 from nodus.reconciler.state import STATE_FILE
-from nodus.reconciler.state.records import JSONObject, ResourceRecord, StateStore
+from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore
 from nodus.specs.status_names import Phase, Reason
 
 KEPT: Final = ("model", "servedModel", "weights")
@@ -58,8 +61,9 @@ def service_host(project: Project) -> ServiceHost:
     return host
 
 
-def service_of(record: ResourceRecord, served: Served) -> Service:
-    """The model server of `served`, as the executor's host runs it."""
+def service_of(record: ResourceRecord, served: Served, project: Project) -> Service:
+    """The model server of `served`, as the executor's host runs it; once it answers (or stops answering), the
+    endpoint's status says so (its report: a refresh of the endpoint)."""
     base_name = served.model_id if served.adapters else served.served_name  # an adapter goes by its own name
     command = [HOST_PYTHON, "-m", SERVER_MODULE, "--model", "{model}", "--name", base_name]
     for adapter in served.adapters:
@@ -77,31 +81,58 @@ def service_of(record: ResourceRecord, served: Served) -> Service:
         model=served.base,
         adapters=served.adapters,
         resources=Resources(gpu=GpuResources(types=served.gpu[0], count=served.gpu[1])) if served.gpu else None,
+        report=report_of(project, "InferenceEndpoint", record.key.name, namespace=record.key.project),
     )
 
 
 GATEWAY: Final = ServiceKey(project="nodus", name="gateway", kind="Service")
 """The project's inference gateway, a service of the host like the model servers (`nodus.reconciler.inference`)."""
+REFRESH_MODULE: Final = "nodus.reconciler.refresh"
 
 
-def gateway_service(project: Project) -> Service:
-    """The gateway on the address nodus.yaml gives (`inference.gateway`), reading the project's state store."""
-    where = project.settings().inference.gateway
+def report_of(project: Project, kind: str, *names: str, namespace: str | None = None) -> Report:
+    """What a service's supervisor runs when the service becomes ready or stops being so: a refresh of these
+    records, so their stored status (which the gateway routes by) follows without a later nodus command."""
+    # The state folder and store as this process found them (NODUS_HOME, NODUS_STATE): the report gets neither.
+    command = [HOST_PYTHON, "-m", REFRESH_MODULE, "--path", str(project.root), "--state-dir", str(project.files.root)]
+    if project.state_url is not None:
+        command += ["--state", project.state_url]
+    if namespace is not None:
+        command += ["--project", namespace]
+    return Report(command=(*command, kind, *names), pass_env=STATE_STORE_SETTINGS)
+
+
+def gateway_service(project: Project, where: Address) -> Service:
+    """The gateway on `where` (`gateway_address.choose_address`), reading the project's state store."""
     state = project.state_url or str(project.files.root / STATE_FILE)
     argv = gateway_command(state, port=where.port, host=where.host, project_root=project.root, python=HOST_PYTHON)
     # The gateway opens the state store as this process did: libpq's settings (a PostgreSQL password) go with it.
-    return Service(key=GATEWAY, command=tuple(argv), listen=f"{where.host}:{where.port}", pass_env=STATE_STORE_SETTINGS)
+    # Once it answers, the endpoints waiting for it are Running (their refresh).
+    return Service(
+        key=GATEWAY,
+        command=tuple(argv),
+        listen=where.listen,
+        pass_env=STATE_STORE_SETTINGS,
+        report=report_of(project, "InferenceEndpoint"),
+    )
 
 
-def gateway_url(project: Project) -> str:
-    where = project.settings().inference.gateway
-    return f"http://{where.host}:{where.port}"
-
-
-def ensure_gateway(project: Project, services: ServiceHost) -> ServiceObservation:
-    """The gateway up (started, or started again on a changed address); its state."""
-    services.launch_service(gateway_service(project))
+def ensure_gateway(project: Project, store: StateStore, services: ServiceHost) -> ServiceObservation:
+    """The gateway up (started, or started again on a changed address); its state. Its address is the project's
+    own (`gateway_address`): ConfigError when nodus.yaml's port is held by another project's gateway."""
+    seen = services.observe_service(GATEWAY.project, GATEWAY.name)
+    up = seen.phase in (Phase.PENDING, Phase.RUNNING) and (seen.address or "").startswith("http://")
+    running = (seen.address or "").removeprefix("http://") if up else None
+    services.launch_service(gateway_service(project, choose_address(project, store, running)))
     return services.observe_service(GATEWAY.project, GATEWAY.name)
+
+
+def gateway_needed(store: StateStore, leaving: ResourceKey) -> bool:
+    """Whether an endpoint other than `leaving` (stopped or deleted now) still wants the gateway."""
+    return any(
+        other.key != leaving and not other.deleting and other.spec["spec"].get("state") != "Stopped"
+        for other in store.list("InferenceEndpoint")
+    )
 
 
 def reconcile_endpoint(record: ResourceRecord, *, project: Project, store: StateStore) -> JSONObject:
@@ -110,6 +141,8 @@ def reconcile_endpoint(record: ResourceRecord, *, project: Project, store: State
     services = service_host(project)
     if spec.get("state") == "Stopped":
         services.stop_service(record.key.project, record.key.name)
+        if not gateway_needed(store, record.key):  # nothing of the project calls through it any more
+            services.stop_service(GATEWAY.project, GATEWAY.name)
         return _status(record, services.observe_service(record.key.project, record.key.name), None)
     try:
         served = served_model(record, load_models(project.root), project, store, executor(project))
@@ -122,20 +155,20 @@ def reconcile_endpoint(record: ResourceRecord, *, project: Project, store: State
         if folder is None:
             return _waiting(Phase.PENDING, str(why.get("reason")), str(why.get("message")))
     try:
-        services.launch_service(service_of(record, served))
-        gateway = ensure_gateway(project, services)
+        gateway = ensure_gateway(project, store, services)  # first: a port it cannot have starts no model server
+        services.launch_service(service_of(record, served, project))
     except ConfigError as exc:
-        return _waiting(Phase.FAILED, Reason.LAUNCH_FAILED, exc.message)
+        hint = f" (hint: {exc.hint})" if exc.hint else ""
+        return _waiting(Phase.FAILED, Reason.LAUNCH_FAILED, exc.message + hint)
     status = _status(record, services.observe_service(record.key.project, record.key.name), served)
-    return _with_gateway(status, record, project, gateway)
+    return _with_gateway(status, record, gateway)
 
 
-def _with_gateway(
-    status: JSONObject, record: ResourceRecord, project: Project, gateway: ServiceObservation
-) -> JSONObject:
-    """The endpoint's own base URL on the gateway, once the gateway serves; Pending while it starts."""
-    if gateway.ready:
-        return {**status, "url": f"{gateway_url(project)}/endpoints/{record.key.project}/{record.key.name}/v1"}
+def _with_gateway(status: JSONObject, record: ResourceRecord, gateway: ServiceObservation) -> JSONObject:
+    """The endpoint's own base URL on the gateway (where it listens now), once the gateway serves; Pending while it
+    starts."""
+    if gateway.ready and gateway.address:
+        return {**status, "url": f"{gateway.address}/endpoints/{record.key.project}/{record.key.name}/v1"}
     if status.get("phase") == Phase.RUNNING:
         why = gateway.message or "starting"
         return {**status, "phase": Phase.PENDING, "reason": Reason.NOT_READY, "message": f"the gateway: {why}"}
@@ -156,7 +189,7 @@ def observe_endpoint(record: ResourceRecord, project: Project) -> JSONObject | N
     status = {**kept, **_status(record, seen, None)}
     if status.get("phase") in (Phase.STOPPED, Phase.FAILED):
         return status
-    return _with_gateway(status, record, project, services.observe_service(GATEWAY.project, GATEWAY.name))
+    return _with_gateway(status, record, services.observe_service(GATEWAY.project, GATEWAY.name))
 
 
 def _status(record: ResourceRecord, seen: ServiceObservation, served: Served | None) -> JSONObject:

@@ -7,7 +7,13 @@ Who calls it: `nodus.reconciler.controllers.registry` (registered for InferenceE
 from __future__ import annotations
 
 from nodus.reconciler.controllers.base import AdmissionContext, Context, ControllerBase, Done, Refusal, Requeue
-from nodus.reconciler.controllers.endpoint import GATEWAY, observe_endpoint, reconcile_endpoint, service_host
+from nodus.reconciler.controllers.endpoint import (
+    GATEWAY,
+    gateway_needed,
+    observe_endpoint,
+    reconcile_endpoint,
+    service_host,
+)
 from nodus.reconciler.endpoints.model_table import load_models
 from nodus.reconciler.state.records import JSONObject, ResourceRecord, StateStore
 from nodus.specs.status_names import Phase, Reason
@@ -42,8 +48,7 @@ class InferenceEndpointController(ControllerBase):
     def finalize(self, record: ResourceRecord, context: Context) -> None:
         services = service_host(context.project)
         services.stop_service(record.key.project, record.key.name)
-        others = [other for other in context.store.list(self.kind) if other.key != record.key and not other.deleting]
-        if not others:  # the last endpoint: nothing to call through the gateway any more
+        if not gateway_needed(context.store, record.key):  # nothing to call through the gateway any more
             services.stop_service(GATEWAY.project, GATEWAY.name)
 
     def blocked_by(self, record: ResourceRecord, store: StateStore) -> str | None:

@@ -62,6 +62,17 @@ class Adapter(WorkloadModel):
     """With `volume`: the adapter's folder in the revision (`adapter` for a run's export, empty at its top)."""
 
 
+class Report(WorkloadModel):
+    """A command the service's host runs each time the service becomes ready or stops being ready, so the resource's
+    stored status (which the gateway routes by) follows without a later `nodus` command: for an endpoint,
+    `python -m nodus.reconciler.report` (its observed status written to the store)."""
+
+    command: tuple[str, ...] = Field(min_length=1)
+    pass_env: tuple[str, ...] = ()
+    """Variables of the starting `nodus`'s environment the command gets besides the base ones (the state store's
+    connection); the service itself does not get them."""
+
+
 class Service(WorkloadModel):
     """One service to keep up: see the module docstring."""
 
@@ -86,6 +97,8 @@ class Service(WorkloadModel):
     """How long one start may take to become ready before it counts as a failed start."""
     max_restarts: int = Field(default=5, ge=0)
     """Restarts in a row without becoming ready before the service is Failed (its log's last lines say why)."""
+    report: Report | None = None
+    """Run on each change of its readiness (see `Report`); None: its status is read only by the reconcile loop."""
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True)

@@ -11,7 +11,12 @@ until it answers 200, then writes Running with `ready: true`; while it runs, pro
 in a row: ready false, and the endpoint answers 503 until it recovers). When the process exits it is started again after
 a backoff (1, 2, 4 ... 30 s), Pending with reason ServiceExited and its exit status; `maxRestarts` starts in a row that
 never became ready make it Failed with the last lines of its log. A start that is not ready within `startTimeoutS`
-counts as a failed start. A `stop` file asks it to end: SIGTERM to the group, SIGKILL after 10 s, then Stopped.
+counts as a failed start. A `stop` file asks it to end: SIGTERM to the group, SIGKILL after 10 s, then Stopped; a
+folder that is gone (its project deleted) ends it the same way, writing nothing (a write would make the folder again).
+
+Each time the service becomes ready or stops being ready, it runs the service's report command (`argv.json`'s
+`report`, in the background, one at a time, again when a change came while one ran), so the resource's stored status
+follows what it serves without a later `nodus` command (`Service.report`).
 """
 
 from __future__ import annotations
@@ -77,6 +82,44 @@ def probe(path: Path, route: str, timeout: float = 2.0, listen: str | None = Non
         connection.close()
 
 
+class Reporter:
+    """Runs the report command in the background: one at a time, once more when asked while one runs (so the last
+    change is always reported)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], files: ServiceFiles) -> None:
+        self.argv = argv
+        self.env = env
+        self.files = files
+        self.running: subprocess.Popen[bytes] | None = None
+        self.again = False
+
+    def request(self) -> None:
+        if not self.argv:
+            return
+        self.poll()
+        if self.running is not None:
+            self.again = True
+            return
+        self._start()
+
+    def poll(self) -> None:
+        """Reap a report that ended (no zombie is left behind) and start the one asked for meanwhile."""
+        if self.running is None or self.running.poll() is None:
+            return
+        self.running = None
+        if self.again:
+            self.again = False
+            self._start()
+
+    def _start(self) -> None:
+        if not self.files.service.exists():
+            return
+        with self.files.supervisor_log.open("ab") as log:
+            self.running = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=self.env, cwd=self.files.dir
+            )
+
+
 class ServiceSupervisor:
     """Keeps one service up: see the module docstring."""
 
@@ -90,6 +133,9 @@ class ServiceSupervisor:
         self.env: dict[str, str] = {**own, **(command.get("env") or {})}
         self.status: dict[str, Any] = files.read_status()
         self._beat = 0.0
+        report = self.service.report
+        reporting = base_environment(extra=self.service.pass_env + (report.pass_env if report else ()))
+        self.reporter = Reporter(list(command.get("report") or []), reporting, files)
 
     def run(self) -> int:
         failed_starts = 0
@@ -126,6 +172,10 @@ class ServiceSupervisor:
                 time.sleep(TICK_S)
         self._write(Phase.STOPPED, Reason.STOP_REQUESTED, "stopped", ready=False)
         return 0
+
+    def _gone(self) -> bool:
+        """Its folder is gone (the project was deleted): nothing is written, the service is stopped."""
+        return not self.files.service.exists()
 
     def _start(self) -> subprocess.Popen[bytes]:
         self.files.socket.unlink(missing_ok=True)
@@ -182,9 +232,10 @@ class ServiceSupervisor:
             child.wait()
 
     def _stopping(self) -> bool:
-        return self.files.stop_request.exists()
+        return self.files.stop_request.exists() or self._gone()
 
     def _heartbeat(self) -> None:
+        self.reporter.poll()
         if time.monotonic() - self._beat >= HEARTBEAT_S:
             self._write_status({})
 
@@ -192,11 +243,16 @@ class ServiceSupervisor:
         self._write_status({"phase": phase, "reason": reason, "message": message, **fields})
 
     def _write_status(self, fields: dict[str, Any]) -> None:
+        if self._gone():
+            return
         self._beat = time.monotonic()
+        before = (self.status.get("phase"), bool(self.status.get("ready")))
         self.status.update(fields, heartbeatAt=time.time())
         if self.status.get("reason") is None:
             self.status.pop("reason", None)
         write_json(self.files.status, self.status)
+        if (self.status.get("phase"), bool(self.status.get("ready"))) != before:
+            self.reporter.request()
 
 
 def main(argv: list[str] | None = None) -> int:

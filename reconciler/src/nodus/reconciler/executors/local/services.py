@@ -6,13 +6,15 @@ process sees what an earlier one started:
 
     services/<project>/<name>/
         service.json      the Service as launched (generation, command, model, adapters)
-        argv.json         its command resolved on this host ({socket}, {model}, {adapter:NAME} filled in)
+        argv.json         its command resolved on this host ({socket}, {model}, {adapter:NAME} filled in), and its
+                          report command (run by the supervisor when the service becomes ready or stops being so)
         status.json       what its supervisor reports: phase, reason, ready, address, restarts, heartbeatAt
         supervisor.json   the supervisor's pid and start time (signalled only while it is that process)
         stop              a request to stop, taken by the supervisor
         service.sock      where the service listens (a Unix socket: nothing on any network)
         logs/service.log  what its processes printed; logs/supervisor.log the supervisor's own lines
 
+A supervisor whose folder is gone (the project deleted) stops its service and ends: nothing outlives its project.
 A service whose supervisor died (its machine rebooted, a kill) is started again by the next launch of the same
 generation; `observe_service` says it is Pending with NotReady meanwhile, never Running on a stale status.
 """
@@ -135,7 +137,8 @@ class LocalServices:
             files.stop_request.unlink(missing_ok=True)
             private_socket_dir(files.socket)
             files.socket.unlink(missing_ok=True)
-            write_json(files.argv, {"argv": argv, "env": dict(service.env)}, durable=True)
+            report = self._python(list(service.report.command)) if service.report is not None else []
+            write_json(files.argv, {"argv": argv, "env": dict(service.env), "report": report}, durable=True)
             write_json(files.service, service.model_dump(mode="json", by_alias=True), durable=True)
             restarts = files.read_status().get("restarts", 0) if same else 0
             write_json(
@@ -203,7 +206,11 @@ class LocalServices:
             for placeholder, value in values.items():
                 part = part.replace(placeholder, value)
             argv.append(part)
-        if argv[0] in ("python", "python3"):
+        return self._python(argv)
+
+    def _python(self, argv: list[str]) -> list[str]:
+        """`python` as the first word means the interpreter nodus runs in here."""
+        if argv and argv[0] in ("python", "python3"):
             argv[0] = self.python
         return argv
 
@@ -246,8 +253,9 @@ class LocalServices:
                     stdout=subprocess.PIPE,
                     stderr=log,
                     cwd=files.dir,
-                    # The base environment and what the service asks for by name; its command's env is in argv.json.
-                    env=base_environment(extra=service.pass_env),
+                    # The base environment and what the service (and its report command) asks for by name; its
+                    # command's env is in argv.json.
+                    env=base_environment(extra=service.pass_env + (service.report.pass_env if service.report else ())),
                     timeout=SPAWN_TIMEOUT_S,
                     check=False,
                 )

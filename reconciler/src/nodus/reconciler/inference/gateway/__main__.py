@@ -6,9 +6,10 @@ Who runs it: the InferenceEndpoint controller's executor (one per host; the argv
     python -m nodus.reconciler.inference.gateway --state URL_OR_PATH (--uds SOCKET | --port N [--host 127.0.0.1])
         [--prices FILE] [--project-root DIR] [--grace SECONDS]
 
-It prints one JSON line on stdout when it answers (`{"event": "ready", "url": ..., "gateway": ...}`) and ends
-cleanly on SIGTERM (exit 0). Bad input (no such state store, a taken port, a public --host, a bad price table)
-exits 2 with one line on stderr naming the flag or file.
+It prints one JSON line on stdout when it answers (`{"event": "ready", "url": ..., "gateway": ...}`) and ends cleanly on
+SIGTERM (exit 0), or once its project is gone (the --project-root folder or the SQLite --state file deleted). `GET
+/health` names its project (the store's id, the folder, the pid). Bad input (no such state store, a taken port, a public
+--host, a bad price table) exits 2 with one line on stderr naming the flag or file.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import sys
 from pathlib import Path
 
 from nodus.errors import ConfigError, NodusError
-from nodus.reconciler.inference.gateway.server import GRACE_S, Listen, serve
+from nodus.reconciler.inference.gateway.server import GRACE_S, Listen, serve, store_gone
+from nodus.reconciler.inference.gateway_address import project_id
 from nodus.reconciler.pricing.prices import load_prices
 from nodus.reconciler.project import Project
 from nodus.reconciler.state import open_store
@@ -63,8 +65,17 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(store, SqlStore):
             print(f"nodus gateway: --state {store.url}: not a SQL state store", file=sys.stderr)
             return 2
+        root = args.project_root.resolve() if args.project_root is not None else None
+        identity: dict[str, object] = {"project": project_id(store), "root": str(root) if root else None}
         return serve(
-            store, prices, listen, directory_ttl_s=args.endpoints_ttl, grace_s=args.grace, keys_folder=keys_folder
+            store,
+            prices,
+            listen,
+            directory_ttl_s=args.endpoints_ttl,
+            grace_s=args.grace,
+            keys_folder=keys_folder,
+            identity=identity,
+            gone=store_gone(store, root),
         )
     except NodusError as error:
         print(f"nodus gateway: {one_line(error)}", file=sys.stderr)

@@ -16,8 +16,8 @@ only after the key passed. A receipt is read only with the key that made its req
 404 a receipt nobody has gets (ids cannot be probed). `/v1/models` lists only what the key may call.
 Routes, on the shared base URL and under `/endpoints/{project}/{endpoint}`: `POST /v1/chat/completions`,
 `/v1/completions`, `/v1/responses`, `/v1/messages`, `/v1/embeddings`; `GET /v1/models`, `GET /v1/requests/{id}`
-(the receipt). `GET /health` answers 200 without a key. Every response carries `Nodus-Request-Id`; errors have
-OpenAI's shape with the seeds' code in `type` and `code`.
+(the receipt). `GET /health` answers 200 without a key, naming the gateway's project (`identity`). Every response
+carries `Nodus-Request-Id`; errors have OpenAI's shape with the seeds' code in `type` and `code`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -135,6 +135,9 @@ class Gateway:
     max_body_bytes: int = MAX_BODY_BYTES
     keys_folder: Path | None = None
     """The project's state folder, whose key file gives the keys of model servers on other machines."""
+    identity: dict[str, Any] = field(default_factory=dict)
+    """What `/health` says of whose gateway this is: the project's id, its folder and this process's pid, so a
+    client asks before it sends a key (`inference.gateway_address.check_gateway`)."""
 
     def __post_init__(self) -> None:
         self.streams: set[StreamRelay] = set()
@@ -197,7 +200,7 @@ class Gateway:
     # ---- plain routes
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok", "gateway": self.gateway_id})
+        return JSONResponse({"status": "ok", "gateway": self.gateway_id, **self.identity})
 
     async def count_tokens(self, request: Request) -> Response:
         await self.key_of(request)  # 401 before anything else

@@ -7,6 +7,8 @@ tests. What the process does:
 - prints one JSON line on stdout once it answers: `{"event": "ready", "url", "uds", "gateway", "pid"}`;
 - every few seconds writes its heartbeat and reaps the requests of gateway processes that are gone (they become
   `Unknown`, never charged); every ten minutes forgets receipts older than 30 days;
+- every few seconds asks whether its project is gone (`gone`: its folder or its SQLite file deleted) and then stops
+  as on SIGTERM: a gateway does not outlive its project;
 - on SIGTERM or SIGINT: refuses new requests, cuts the streams in flight (each settled for what it produced),
   lets other requests finish for `grace_s`, then marks what is still Running `Unknown`, removes its socket and
   exits 0 with one line on stderr. No traceback.
@@ -24,7 +26,7 @@ import signal
 import socket
 import stat
 import sys
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -171,8 +173,44 @@ async def housekeeping(ledger: Ledger, gateway_id: str, every_s: float) -> None:
             log.warning("gateway housekeeping failed (will retry): %s", error)
 
 
-async def run(gateway: Gateway, listen: Listen, sock: socket.socket, *, grace_s: float, every_s: float) -> str | None:
-    """Serve until a signal; the ready line once it answers. Returns the signal's name, if one ended it."""
+async def watch(server: GatewayServer, gone: Callable[[], str | None], every_s: float) -> None:
+    """Stop the server as a SIGTERM would once `gone` names why its project is no more."""
+    while True:
+        await asyncio.sleep(every_s)
+        why = gone()
+        if why is not None:
+            server.signal_name = why
+            server.gateway.cut_streams(STOPPING)
+            server.should_exit = True
+            return
+
+
+def store_gone(store: SqlStore, project_root: Path | None) -> Callable[[], str | None]:
+    """Why the gateway's project is gone (its folder, or its SQLite state file, deleted), or None while it is there.
+    A PostgreSQL store without a project folder is never gone from here."""
+    state_file: Path | None = getattr(store, "path", None)
+
+    def gone() -> str | None:
+        if project_root is not None and not project_root.is_dir():
+            return f"its project folder {project_root} is gone"
+        if state_file is not None and not state_file.exists():
+            return f"its state store {state_file} is gone"
+        return None
+
+    return gone
+
+
+async def run(
+    gateway: Gateway,
+    listen: Listen,
+    sock: socket.socket,
+    *,
+    grace_s: float,
+    every_s: float,
+    gone: Callable[[], str | None] | None = None,
+) -> str | None:
+    """Serve until a signal, or until `gone` says the project is no more; the ready line once it answers. Returns
+    the signal's name (or why it stopped), if something ended it."""
     config = uvicorn.Config(
         gateway.app(),
         log_level="warning",
@@ -182,6 +220,7 @@ async def run(gateway: Gateway, listen: Listen, sock: socket.socket, *, grace_s:
     )
     server = GatewayServer(config, gateway, asyncio.get_running_loop())
     chores = asyncio.ensure_future(housekeeping(gateway.ledger, gateway.gateway_id, every_s))
+    watcher = asyncio.ensure_future(watch(server, gone, every_s)) if gone is not None else None
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))
     try:
         while not server.started and not serving.done():
@@ -198,9 +237,11 @@ async def run(gateway: Gateway, listen: Listen, sock: socket.socket, *, grace_s:
             print(json.dumps(ready), flush=True)
         await serving
     finally:
-        chores.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await chores
+        for task in (chores, watcher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
     return server.signal_name
 
 
@@ -213,6 +254,8 @@ def serve(
     grace_s: float = GRACE_S,
     every_s: float = HEARTBEAT_S,
     keys_folder: Path | None = None,
+    identity: dict[str, object] | None = None,
+    gone: Callable[[], str | None] | None = None,
 ) -> int:
     """Run a gateway process on `store` until a signal: the process's exit code. ConfigError (before anything
     is bound or recorded) for an address it cannot use."""
@@ -234,15 +277,16 @@ def serve(
             upstreams=Upstreams(),
             gateway_id=gateway_id,
             keys_folder=keys_folder,
+            identity={**(identity or {}), "pid": os.getpid()},
         )
-        stopped_by = asyncio.run(run(gateway, listen, sock, grace_s=grace_s, every_s=every_s))
+        stopped_by = asyncio.run(run(gateway, listen, sock, grace_s=grace_s, every_s=every_s, gone=gone))
     finally:
         release(listen, sock)
         try:
             left = ledger.retire(gateway_id, LEFT_UNKNOWN)
         except Exception as error:  # the store is gone: the reaper of another gateway will find them
             print(f"nodus gateway: could not mark its requests Unknown: {error}", file=sys.stderr)
-    why = f" by {stopped_by}" if stopped_by else ""
+    why = "" if not stopped_by else f" by {stopped_by}" if stopped_by.startswith("SIG") else f": {stopped_by}"
     unknown = f"; {len(left)} request(s) left Unknown: {', '.join(left)}" if left else ""
     print(f"nodus gateway: stopped{why}{unknown}", file=sys.stderr, flush=True)
     return 0
