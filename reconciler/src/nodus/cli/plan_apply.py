@@ -54,7 +54,11 @@ def read_desired(path: Path | Sequence[Path]) -> list[Desired]:
     """Every resource under `path` (or several paths), with the managed runtimes they name."""
     from nodus.reconciler.planning.managed import read_desired as read
 
-    return read([path] if isinstance(path, Path) else path, hint="point PATH at your spec files or folder")
+    return read(
+        [path] if isinstance(path, Path) else path,
+        hint="point PATH at your spec files or folder",
+        note=lambda text: err_line(f"note: {text}", dim=True),
+    )
 
 
 def warn_stale_sources(desired: list[Desired], project: Project) -> None:

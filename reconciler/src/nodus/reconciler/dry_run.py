@@ -41,7 +41,7 @@ from typing import Any, cast
 
 from nodus.builder.lockfile import Lock
 from nodus.builder.oci import tags_of
-from nodus.errors import ConfigError
+from nodus.errors import ConfigError, SpecError
 from nodus.reconciler.apply import operations_of, refusals
 from nodus.reconciler.controllers.admission import Admission, admit, suggest
 from nodus.reconciler.controllers.trainingjob import compile_workload, package_source_digest
@@ -58,7 +58,7 @@ from nodus.reconciler.project import Project
 from nodus.reconciler.references import environment_ref, merge, runtime_key
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore, spec_hash
 from nodus.specs import topology
-from nodus.specs.parse import parse_resources
+from nodus.specs.parse import DRY_RUN_ANNOTATION, parse_resources
 from nodus.specs.status_names import Phase, Reason
 from nodus.specs.types import format_usd
 
@@ -95,7 +95,10 @@ def read_inputs(paths: Sequence[Path], project: Project, records: list[ResourceR
     manages."""
     result = parse_resources(list(paths))
     result.raise_for_errors()
-    files = desired_from(result.resources)
+    resources, notes, refused = result.without_dry_runs(path for path in paths if path.is_file())
+    if refused:
+        raise SpecError([str(problem) for problem in refused], hint="nodus apply -f the TrainingJob's own file")
+    files = desired_from(resources)
     if not any(item.key.kind in DRY_RUN_KINDS for item in files):
         names = ", ".join(str(path) for path in paths)
         raise ConfigError(
@@ -108,7 +111,10 @@ def read_inputs(paths: Sequence[Path], project: Project, records: list[ResourceR
     if project_files.errors:
         problems = sorted({problem.file for problem in project_files.errors})
         warn(f"warning: left out of the dry run (they do not parse; `nodus validate`): {', '.join(problems)}")
-    for parsed in project_files.resources:
+    kept, left_out, _ = project_files.without_dry_runs()
+    for note in dict.fromkeys(str(problem) for problem in [*notes, *left_out]):
+        warn(f"note: {note}")
+    for parsed in kept:
         document = document_of(parsed.resource)
         key = key_of(document)
         if key in known:
@@ -144,6 +150,9 @@ def dry_run(inputs: Inputs, *, project: Project, prices: PriceTable, now: dateti
             out.append(_job_document(item, actions[item.key], documents, sources, context, blocking, prices=prices))
         elif item.key.kind == "Job":
             out.append(_plain_job_document(item, actions[item.key], context, blocking))
+    for document in out:  # a saved dry run is never applied: parse leaves a marked document out, with a note
+        annotations = document["metadata"].setdefault("annotations", {})
+        annotations[DRY_RUN_ANNOTATION] = "true"
     return out
 
 
