@@ -62,7 +62,7 @@ def test_every_pinned_tiny_model_revision_is_the_one_the_recipe_builds() -> None
     from nodus.runtimes.tiny_model import REPO as TINY
     from nodus.runtimes.tiny_model import Recipe, revision
 
-    built = revision(Recipe(), QUICKSTART / "reverse_words.py")  # what `make quickstart` builds
+    built = revision(Recipe(), QUICKSTART / "env" / "reverse_words.py")  # what `make quickstart` builds
     files = [*PAGES, *sorted((REPO / "examples").rglob("*.yaml"))]
     pinned = {
         (str(path.relative_to(REPO)), rev)

@@ -14,7 +14,7 @@ from nodus.runtimes.grpo_lora import Parameters, check_state, last_checkpoint
 from nodus.runtimes.outputs import history, manifest, moving_mean, plot
 
 REPO = Path(__file__).resolve().parents[2]
-REVERSE_WORDS = REPO / "examples" / "quickstart" / "reverse_words.py"
+REVERSE_WORDS = REPO / "examples" / "quickstart" / "env" / "reverse_words.py"
 
 
 def test_verdicts_become_rewards_and_an_infrastructure_failure_is_no_score() -> None:

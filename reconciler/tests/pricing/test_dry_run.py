@@ -28,7 +28,8 @@ def nodus(*args: str) -> tuple[int, str, str]:
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "project"
     root.mkdir()
-    for name in ("environment.yaml", "reverse_words.py", "trainingjob.yaml"):
+    for name in ("environment.yaml", "env/reverse_words.py", "trainingjob.yaml"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(QUICKSTART / name, root / name)
     (root / "nodus.lock").write_text("lockfileVersion: 1\nenvironments: {}\n")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
@@ -83,7 +84,7 @@ def test_the_dry_run_prints_the_workload_priced_and_writes_nothing(project: Path
     environment = workload["environment"]
     assert (environment["name"], environment["version"], environment["trainTasks"]) == ("reverse-words", "1.0.0", 600)
     assert environment["imageDigest"] is None and environment["manifests"] == {}
-    assert environment["package"]["hostHint"] == project.resolve().as_uri()
+    assert environment["package"]["hostHint"] == (project / "env").resolve().as_uri()  # the package alone
 
     status = document["status"]
     assert status["dryRun"] is True and status["action"] == "create"
