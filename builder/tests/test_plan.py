@@ -242,11 +242,15 @@ def test_what_git_ignores_and_run_artefacts_are_not_part_of_a_package(tmp_path: 
             "results-1.json": b"{}",
             "data/more.log": b"nested: *.log matches at any depth\n",
             "top-only.txt": b"anchored to the repository root: not this one\n",
+            # A dry run saved as JSON, not ignored: nodus wrote it (its documents are marked), so it is left out.
+            "plan-dry.json": b'{"apiVersion": "nodus.dev/v1beta1", "metadata": {"annotations": {"nodus.dev/dry-run": "true"}}}',
+            "data/rows.json": b'{"apiVersion": "nodus.dev/v1beta1"}',  # package data that merely names the API
         },
     )
     assert package_files(folder) == [
         ".gitignore",
         "README.md",
+        "data/rows.json",
         "data/tasks.jsonl",
         "demo_env.py",
         "keep.log",
@@ -254,4 +258,5 @@ def test_what_git_ignores_and_run_artefacts_are_not_part_of_a_package(tmp_path: 
     ]
     (folder / "keep.log").unlink()
     (folder / "top-only.txt").unlink()
+    (folder / "data" / "rows.json").unlink()
     assert source_digest(folder) == before  # what is ignored does not change the digest

@@ -9,8 +9,9 @@ is never part of a package:
 - `.nodus/` (the state folder: the state database, image store, every job folder and its sockets),
   `nodus.lock` (it records the image digest, so the image cannot contain it) and `nodus.yaml` (the project's
   settings, `nodus.specs.settings`: how a host runs the project, not what the package is);
-- the YAML files holding nodus resources (the Environment's own spec, a TrainingJob beside it): their fields
-  change in place or belong to other resources, and must not change the image;
+- the YAML files holding nodus resources (the Environment's own spec, a TrainingJob beside it, a saved dry run)
+  and a dry run saved as JSON: their fields change in place or belong to other resources, and must not change
+  the image;
 - version control, caches, virtual environments and the package's own tests;
 - what git ignores: the patterns of the `.gitignore` files in the folder, its subfolders and the folders above it
   up to the repository's root (the nearest one holding `.git`), read here (`GitIgnore`), never through `git`
@@ -57,6 +58,8 @@ SKIPPED_FILES = frozenset({LOCK_FILE, SETTINGS_FILE})
 SKIPPED_SUFFIXES = (".pyc",)
 YAML_SUFFIXES = (".yaml", ".yml")
 _NODUS_RESOURCE = re.compile(r"""apiVersion["']?\s*:\s*["']?nodus\.dev/""")
+_DRY_RUN = re.compile(r"""["']?nodus\.dev/dry-run["']?\s*:""")
+"""`nodus.specs.parse.DRY_RUN_ANNOTATION` as a key (not imported: this module stays standard library only)."""
 _RESOURCE_SNIFF_BYTES = 1 << 20
 
 
@@ -192,15 +195,18 @@ def _glob(pattern: str) -> str:
 
 
 def is_resource_file(path: Path) -> bool:
-    """A YAML file that declares a nodus resource (`apiVersion: nodus.dev/...` in any document)."""
-    if not path.name.endswith(YAML_SUFFIXES):
+    """A YAML file that declares a nodus resource (`apiVersion: nodus.dev/...` in any document), or a JSON file
+    that holds a dry run's output (`nodus apply --dry-run -o json > dry.json`: marked `nodus.dev/dry-run`)."""
+    if not path.name.endswith((*YAML_SUFFIXES, ".json")):
         return False
     try:
         with path.open("rb") as handle:
-            head = handle.read(_RESOURCE_SNIFF_BYTES)
+            head = handle.read(_RESOURCE_SNIFF_BYTES).decode("utf-8", "replace")
     except OSError:
         return False
-    return _NODUS_RESOURCE.search(head.decode("utf-8", "replace")) is not None
+    if path.name.endswith(".json"):
+        return _NODUS_RESOURCE.search(head) is not None and _DRY_RUN.search(head) is not None
+    return _NODUS_RESOURCE.search(head) is not None
 
 
 def _kept(path: Path) -> bool:
