@@ -30,7 +30,7 @@ QUICKSTART = examples/quickstart
 quickstart: setup
 	@.ci/system-packages quickstart
 	@echo "== 1/3 the tiny model nodus/tiny-qwen3, warmed up on the quickstart's train split (no download)"
-	$(VENV)/bin/python -m nodus.runtimes.tiny_model --warmup $(QUICKSTART)/reverse_words.py
+	$(VENV)/bin/python -m nodus.runtimes.tiny_model --warmup $(QUICKSTART)/env/reverse_words.py
 	@test -f $(QUICKSTART)/nodus.lock || printf 'lockfileVersion: 1\nenvironments: {}\n' > $(QUICKSTART)/nodus.lock
 	@echo "== 2/3 nodus apply $(QUICKSTART): build the Environment, then Baseline, Training, Evaluating, Exporting"
 	cd $(QUICKSTART) && ../../$(NODUS) apply . --build --yes --wait --timeout 14m

@@ -101,7 +101,7 @@ def tiny_model(warmed_model: WarmedModel) -> tuple[str, str]:
     """(HF_HUB_CACHE, revision) holding `nodus/tiny-qwen3` warmed up on the quickstart task, made once (about
     30 s on two cores). The recipe is the quickstart's, so its revision is the one
     examples/quickstart/trainingjob.yaml pins."""
-    return warmed_model(Path(__file__).parent / "examples" / "quickstart" / "reverse_words.py", "quickstart")
+    return warmed_model(Path(__file__).parent / "examples" / "quickstart" / "env" / "reverse_words.py", "quickstart")
 
 
 @pytest.fixture

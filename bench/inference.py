@@ -117,7 +117,7 @@ def tiny_model_folder() -> Path:
     from nodus.runtimes.tiny_model import Recipe, install
 
     cache = Path(tempfile.gettempdir()) / "nodus-bench-tiny-model"
-    revision, _, _ = install(Recipe(), REPO / "examples" / "quickstart" / "reverse_words.py", cache / "hub")
+    revision, _, _ = install(Recipe(), REPO / "examples" / "quickstart" / "env" / "reverse_words.py", cache / "hub")
     return cache / "hub" / "models--nodus--tiny-qwen3" / "snapshots" / revision
 
 

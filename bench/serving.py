@@ -153,7 +153,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="nodus-bench-serving-") as temporary:
         workdir = Path(temporary)
         cache = Path(os.environ.get("HF_HUB_CACHE") or workdir / "hub")
-        revision, model, built = install(Recipe(), REPO / "examples" / "quickstart" / "reverse_words.py", cache)
+        revision, model, built = install(Recipe(), REPO / "examples" / "quickstart" / "env" / "reverse_words.py", cache)
         console.print(f"tiny model {'built' if built else 'cached'}: {revision}")
         results = compare(model, args, workdir)
     on, off = results

@@ -69,7 +69,7 @@ console = Console()
 def tiny_model(cache: Path) -> str:
     from nodus.runtimes.tiny_model import Recipe, install
 
-    revision, _, built = install(Recipe(), QUICKSTART / "reverse_words.py", cache)
+    revision, _, built = install(Recipe(), QUICKSTART / "env" / "reverse_words.py", cache)
     console.print(f"tiny model {'built' if built else 'cached'}: {revision}")
     return revision
 
@@ -82,7 +82,8 @@ def per_step(times: list[float]) -> float:
 def through_nodus(workdir: Path, revision: str, steps: int) -> float:
     project = workdir / "project"
     project.mkdir()
-    for name in ("environment.yaml", "reverse_words.py"):
+    for name in ("environment.yaml", "env/reverse_words.py"):
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(QUICKSTART / name, project / name)
     (project / "nodus.lock").write_text("lockfileVersion: 1\nenvironments: {}\n")
     job = {
@@ -126,7 +127,7 @@ def plain_trl(workdir: Path, model: Path, steps: int) -> float:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer  # type: ignore[attr-defined]
 
-    spec = importlib.util.spec_from_file_location("reverse_words", QUICKSTART / "reverse_words.py")
+    spec = importlib.util.spec_from_file_location("reverse_words", QUICKSTART / "env" / "reverse_words.py")
     assert spec is not None
     assert spec.loader is not None
     environment = importlib.util.module_from_spec(spec)
@@ -194,7 +195,7 @@ def sft_rows() -> list[dict[str, str]]:
 
 
 def reverse_words() -> Any:
-    spec = importlib.util.spec_from_file_location("reverse_words", QUICKSTART / "reverse_words.py")
+    spec = importlib.util.spec_from_file_location("reverse_words", QUICKSTART / "env" / "reverse_words.py")
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)

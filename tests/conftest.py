@@ -84,10 +84,11 @@ def built_quickstart(
     def build(extra_module_text: str = "") -> Path:
         root = tmp_path / "project"
         root.mkdir()
-        for name in ("environment.yaml", "reverse_words.py"):
+        for name in ("environment.yaml", "env/reverse_words.py"):
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(QUICKSTART / name, root / name)
         if extra_module_text:
-            with (root / "reverse_words.py").open("a") as module:
+            with (root / "env" / "reverse_words.py").open("a") as module:
                 module.write(extra_module_text)
         flags = ["--network", "none", "--base", base_reference, "--lock", str(root / "nodus.lock")]
         with pytest.raises(SystemExit) as exited:

@@ -62,7 +62,7 @@ def test_every_pinned_tiny_model_revision_is_the_one_the_recipe_builds() -> None
     from nodus.runtimes.tiny_model import REPO as TINY
     from nodus.runtimes.tiny_model import Recipe, revision
 
-    built = revision(Recipe(), QUICKSTART / "reverse_words.py")  # what `make quickstart` builds
+    built = revision(Recipe(), QUICKSTART / "env" / "reverse_words.py")  # what `make quickstart` builds
     files = [*PAGES, *sorted((REPO / "examples").rglob("*.yaml"))]
     pinned = {
         (str(path.relative_to(REPO)), rev)
@@ -82,3 +82,33 @@ def test_the_readmes_quickstart_commands_are_makefile_targets() -> None:
     assert [words[:1] for words in commands] == [["make"], ["make"]]
     targets = set(re.findall(r"^([a-z][a-z-]*):", (REPO / "Makefile").read_text(encoding="utf-8"), re.M))
     assert {words[1] for words in commands} == {"quickstart", "test"} <= targets
+
+
+STORED_ONLY = re.compile(r"no controller|without a controller|stored only", re.I)
+
+
+def test_a_page_says_stored_only_only_of_kinds_nothing_runs() -> None:
+    """A sentence that says a kind is only stored (no controller, nothing serves it) names no kind that a
+    controller runs: registering a controller makes such a line false, as the endpoints' once were."""
+    from nodus.reconciler.controllers.coverage import has_controller
+    from nodus.specs.registry import KINDS
+
+    wrong = []
+    for page in PAGES:
+        for paragraph in re.split(r"\n\s*\n|(?<=[.:;])\s+(?=[A-Za-z*(`])", page.read_text(encoding="utf-8")):
+            if not STORED_ONLY.search(paragraph):
+                continue
+            named = {cls.KIND for cls in KINDS if re.search(rf"\b{cls.KIND}s?\b", paragraph)}
+            wrong += [f"{page.relative_to(REPO)}: {kind}" for kind in sorted(named) if has_controller(kind)]
+    assert not wrong, "pages that call a controlled kind stored only: " + ", ".join(wrong)
+
+
+def test_an_example_s_comment_does_not_say_a_file_of_its_folder_is_missing() -> None:
+    """`train.py ... is not part of this folder` in an example whose folder holds train.py is false."""
+    wrong = []
+    for path in sorted((REPO / "examples").rglob("*.yaml")):
+        for row in path.read_text(encoding="utf-8").splitlines():
+            said = re.match(r"#\s*(\S+) .*not (?:part of|in) this folder", row.strip())
+            if said and (path.parent / said.group(1)).exists():
+                wrong.append(f"{path.relative_to(REPO)}: {row.strip()}")
+    assert not wrong, wrong

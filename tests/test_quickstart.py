@@ -28,7 +28,8 @@ def nodus(*args: str) -> tuple[int, str]:
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in ("environment.yaml", "reverse_words.py", "trainingjob.yaml"):
+    for name in ("environment.yaml", "env/reverse_words.py", "trainingjob.yaml"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(QUICKSTART / name, tmp_path / name)
     (tmp_path / "nodus.lock").write_text("lockfileVersion: 1\nenvironments: {}\n")
     monkeypatch.chdir(tmp_path)
@@ -40,7 +41,7 @@ def test_the_pinned_model_revision_is_the_recipes() -> None:
 
     pinned = re.search(r"hf://nodus/tiny-qwen3@([0-9a-f]{40})", (QUICKSTART / "trainingjob.yaml").read_text())
     assert pinned is not None
-    assert pinned.group(1) == revision(Recipe(), QUICKSTART / "reverse_words.py")
+    assert pinned.group(1) == revision(Recipe(), QUICKSTART / "env" / "reverse_words.py")
 
 
 def test_the_quickstart_plans_with_the_managed_runtime(project: Path) -> None:
@@ -63,7 +64,7 @@ def test_a_parameter_typo_fails_at_plan_time_with_a_suggestion(project: Path) ->
 def test_the_reverse_words_tasks_keep_the_held_out_words_out_of_training() -> None:
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("reverse_words", QUICKSTART / "reverse_words.py")
+    spec = importlib.util.spec_from_file_location("reverse_words", QUICKSTART / "env" / "reverse_words.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -74,3 +75,29 @@ def test_the_reverse_words_tasks_keep_the_held_out_words_out_of_training() -> No
     assert module.reward(f"<answer>{task['answer']}</answer>", task["answer"]) == 1.0
     assert module.reward("no tags", task["answer"]) is None
     assert json.dumps(task)  # plain data: it crosses the grader's wire
+
+
+def test_the_quickstart_environment_passes_env_test_with_its_fixture_cases() -> None:
+    """`nodus env test examples/quickstart`: every check, the fixture cases (full-reward, zero-reward, malformed)
+    included, as the README says an Environment must."""
+    code, output = nodus("env", "test", str(QUICKSTART))
+    assert code == 0, output
+    assert "✓ fixture" in output and "✗" not in output
+
+
+def test_what_runs_leave_in_the_quickstart_folder_is_not_part_of_its_package(project: Path) -> None:
+    """The package is env/ alone: a log, a `nodus cp` copy and a saved dry run in the project folder change
+    neither its file set nor its digest, so `nodus plan` does not ask to bump spec.version."""
+    from nodus.builder.package_files import package_files
+    from nodus.builder.plan import source_digest
+
+    package = project / "env"
+    files, digest = package_files(package), source_digest(package)
+    assert files == ["reverse_words.py"]
+    (project / "quickstart.log").write_text("step 1\n")
+    (project / "curves.png").write_bytes(b"png")
+    dry = CliRunner().invoke(cli, ["apply", "-f", "trainingjob.yaml", "--dry-run", "-o", "yaml"]).stdout
+    (project / "dry.yaml").write_text(dry)  # `> dry.yaml`: the documents, not the lines on stderr
+    assert package_files(package) == files and source_digest(package) == digest
+    code, output = nodus("plan", ".")
+    assert code == 2 and "bump spec.version" not in output and "+ Job/" not in output, output

@@ -34,7 +34,8 @@ def quickstart(root: Path, base_reference: str, settings: str | None) -> Path:
     """A copy of the quickstart at `root`, its Environment built against the session's base image, with
     `settings` as its nodus.yaml."""
     root.mkdir()
-    for name in ("environment.yaml", "reverse_words.py", "trainingjob.yaml"):
+    for name in ("environment.yaml", "env/reverse_words.py", "trainingjob.yaml"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(QUICKSTART / name, root / name)
     (root / "nodus.lock").write_text("lockfileVersion: 1\nenvironments: {}\n")
     if settings is not None:

@@ -39,7 +39,8 @@ VOLUME = "apiVersion: nodus.dev/v1\nkind: Volume\nmetadata: {name: adapters}\nsp
 def project_for(root: Path, base_reference: str, registry: str) -> Path:
     """A copy of the quickstart exporting to a Volume, its Environment built, on Ray through `registry`."""
     root.mkdir()
-    for name in ("environment.yaml", "reverse_words.py"):
+    for name in ("environment.yaml", "env/reverse_words.py"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(QUICKSTART / name, root / name)
     job = (QUICKSTART / "trainingjob.yaml").read_text()
     (root / "trainingjob.yaml").write_text(job.rstrip("\n") + "\n  exportTo: {volume: adapters}\n")

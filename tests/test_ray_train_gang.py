@@ -43,7 +43,7 @@ spec:
   resources: {{nodes: 2}}
   recovery: {{maxAttempts: 1}}
 """
-REVERSE_WORDS = Path(__file__).resolve().parents[1] / "examples" / "quickstart" / "reverse_words.py"
+REVERSE_WORDS = Path(__file__).resolve().parents[1] / "examples" / "quickstart" / "env" / "reverse_words.py"
 PROMPT = "Spell the word backwards inside <answer></answer>.\n\nWord: {word}"
 VOLUME = "apiVersion: nodus.dev/v1\nkind: Volume\nmetadata: {name: chats}\nspec: {accessMode: ReadWriteOnce}\n"
 

@@ -34,7 +34,7 @@ from nodus.cli.main import cli
 
 pytestmark = pytest.mark.slow
 
-REVERSE_WORDS = Path(__file__).resolve().parents[1] / "examples" / "quickstart" / "reverse_words.py"
+REVERSE_WORDS = Path(__file__).resolve().parents[1] / "examples" / "quickstart" / "env" / "reverse_words.py"
 PROMPT = "Spell the word backwards inside <answer></answer>.\n\nWord: {word}"
 
 

@@ -161,7 +161,8 @@ def test_the_plan_workflow_posts_a_failed_plan_then_the_fixed_one_in_the_same_co
 
     project = tmp_path / "models"
     project.mkdir()
-    for name in ("environment.yaml", "reverse_words.py", "trainingjob.yaml"):
+    for name in ("environment.yaml", "env/reverse_words.py", "trainingjob.yaml"):
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / "examples" / "quickstart" / name, project / name)
     (project / "nodus.lock").write_text("lockfileVersion: 1\nenvironments: {}\n")
     job = project / "trainingjob.yaml"
@@ -411,7 +412,8 @@ def test_a_pull_request_builds_what_changed_comments_its_plan_and_applies_after_
         project = origin / "models"
         shutil.copytree(REPO / "catalog" / "arithmetic", project / "arithmetic", ignore=shutil.ignore_patterns("tests"))
         (project / "reverse-words").mkdir()
-        for name in ("environment.yaml", "reverse_words.py"):
+        for name in ("environment.yaml", "env/reverse_words.py"):
+            (project / "reverse-words" / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(REPO / "examples" / "quickstart" / name, project / "reverse-words" / name)
         (project / "nodus.lock").write_text("lockfileVersion: 1\nenvironments: {}\n")
         shutil.copytree(WORKFLOW_DIR, origin / ".github" / "workflows")

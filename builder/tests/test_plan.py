@@ -219,3 +219,44 @@ def test_executable_bit_and_symlinks_count_and_skip_leaves_out_the_spec(tmp_path
     assert source_digest(folder) != executable
     with pytest.raises(BuildError, match="does not exist"):
         source_digest(tmp_path / "missing")
+
+
+def test_what_git_ignores_and_run_artefacts_are_not_part_of_a_package(tmp_path: Path) -> None:
+    """A package folder that is also where runs are made (logs, `nodus cp` copies, saved dry runs): what its
+    .gitignore files name (a folder's own, and those of the folders above it up to the repository's root) is
+    left out of the file set, so neither the digest nor the image changes with them."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".gitignore").write_text("*.log\n/top-only.txt\n")
+    folder = _write_package(repo / "env", PACKAGE)
+    (folder / ".gitignore").write_text("# run artefacts\noutputs/\ndry.json\n!keep.log\nresults-*.json\n")
+    before = source_digest(folder)
+    _write_package(
+        folder,
+        {
+            "train.log": b"step 1\n",
+            "keep.log": b"kept: negated\n",
+            "outputs/results.json": b"{}",
+            "outputs/adapter/adapter_model.safetensors": b"w",
+            "dry.json": b"{}",
+            "results-1.json": b"{}",
+            "data/more.log": b"nested: *.log matches at any depth\n",
+            "top-only.txt": b"anchored to the repository root: not this one\n",
+            # A dry run saved as JSON, not ignored: nodus wrote it (its documents are marked), so it is left out.
+            "plan-dry.json": b'{"apiVersion": "nodus.dev/v1beta1", "metadata": {"annotations": {"nodus.dev/dry-run": "true"}}}',
+            "data/rows.json": b'{"apiVersion": "nodus.dev/v1beta1"}',  # package data that merely names the API
+        },
+    )
+    assert package_files(folder) == [
+        ".gitignore",
+        "README.md",
+        "data/rows.json",
+        "data/tasks.jsonl",
+        "demo_env.py",
+        "keep.log",
+        "top-only.txt",
+    ]
+    (folder / "keep.log").unlink()
+    (folder / "top-only.txt").unlink()
+    (folder / "data" / "rows.json").unlink()
+    assert source_digest(folder) == before  # what is ignored does not change the digest

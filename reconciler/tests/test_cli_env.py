@@ -19,7 +19,7 @@ def run(*args: str) -> tuple[int, str, str]:
 def test_scaffold_passes_its_own_test_and_describes_itself(tmp_path: Path) -> None:
     folder = tmp_path / "spell"
     code, out, _ = run("env", "init", "spell", "--dir", str(folder))
-    assert code == 0 and "5 files written" in out
+    assert code == 0 and "6 files written" in out
     code, out, _ = run("env", "test", str(folder), "-o", "json")
     report = json.loads(out)
     assert code == 0 and report["ok"] is True, report
@@ -51,7 +51,7 @@ def test_init_is_idempotent_and_never_overwrites(tmp_path: Path) -> None:
 def test_a_broken_reward_fails_the_test(tmp_path: Path) -> None:
     folder = tmp_path / "spell"
     run("env", "init", "spell", "--dir", str(folder))
-    module = folder / "spell_env.py"
+    module = folder / "env" / "spell_env.py"
     module.write_text(module.read_text().replace("return 1.0 if found[-1].lower() == answer else 0.0", "return 'yes'"))
     code, out, _ = run("env", "test", str(folder))
     assert code == 1
@@ -73,7 +73,7 @@ def test_errors_name_the_file(tmp_path: Path) -> None:
 def test_a_rewritten_task_fails_the_scaffolds_fixtures_and_says_to_edit_fixtures_jsonl(tmp_path: Path) -> None:
     folder = tmp_path / "spell"
     assert run("env", "init", "spell", "--dir", str(folder))[0] == 0
-    module = folder / "spell_env.py"
+    module = folder / "env" / "spell_env.py"
     # The user's own task (the word in capitals); the scaffold's fixture cases still expect it spelt backwards.
     module.write_text(module.read_text().replace('"answer": w[::-1]', '"answer": w.upper()'))
     code, out, _ = run("env", "test", str(folder), "-o", "json")
@@ -100,3 +100,28 @@ def test_gsm8k_offline_says_how_to_use_the_shipped_sample(tmp_path: Path, monkey
     monkeypatch.setenv("NODUS_GSM8K_DATA_FILES", sample)  # as the hint says
     code, out, _ = run("env", "test", str(folder), "-o", "json")
     assert code == 0 and json.loads(out)["ok"] is True
+
+
+def test_the_package_lives_in_its_own_folder_so_run_artefacts_do_not_change_it(tmp_path: Path) -> None:
+    """What runs leave in the folder `env init` made (state, logs, `nodus cp` copies, a saved dry run) is not in
+    the package: its digest and file set stay the same, and a saved dry run is not applied."""
+    from nodus.builder.package_files import package_files
+    from nodus.builder.plan import source_digest
+
+    folder = tmp_path / "spell"
+    assert run("env", "init", "spell", "--dir", str(folder))[0] == 0
+    spec = (folder / "environment.yaml").read_text()
+    assert "path: env" in spec
+    package = folder / "env"
+    files, digest = package_files(package), source_digest(package)
+    assert files == ["pyproject.toml", "spell_env.py"]
+    (folder / "nodus.lock").write_text("lockfileVersion: 1\n")
+    (folder / ".nodus").mkdir()
+    (folder / "train.log").write_text("step 1\n")
+    (folder / "results.json").write_text("{}")
+    (folder / "outputs").mkdir()
+    (folder / "outputs" / "curves.png").write_bytes(b"png")
+    assert package_files(package) == files and source_digest(package) == digest
+    assert (folder / ".gitignore").read_text().count(".nodus/") == 1  # git keeps the state out of the repository
+    code, out, _ = run("env", "test", str(folder))
+    assert code == 0, out

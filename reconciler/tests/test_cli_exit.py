@@ -59,7 +59,8 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def quickstart(root: Path) -> None:
     """The quickstart's Environment (not built) and TrainingJob, on the catalog's grpo-lora runtime."""
-    for name in ("environment.yaml", "reverse_words.py", "trainingjob.yaml"):
+    for name in ("environment.yaml", "env/reverse_words.py", "trainingjob.yaml"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(QUICKSTART / name, root / name)
 
 

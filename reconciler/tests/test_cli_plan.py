@@ -119,17 +119,23 @@ def test_a_parameter_typo_fails_the_plan_with_the_file_the_job_the_field_and_a_s
         "error: job.yaml: TrainingJob/quickstart: spec.parameters.learning_rate: unknown parameter; "
         "did you mean 'learningRate'?"
     )
-    assert lines[1] == "hint: nothing was planned; fix the specs and plan again"
+    # Every problem at once, as the dry run lists them: the nested typo too, not only once the first is fixed.
+    assert lines[1] == "job.yaml: TrainingJob/quickstart: spec.parameters.lora.alhpa: unknown parameter; " + (
+        "did you mean 'alpha'?"
+    )
+    assert lines[2] == "hint: nothing was planned; fix the specs and plan again"
 
     # A path given from elsewhere is named as given.
     code, out, err = nodus("plan", str(project))
     assert code == 1 and err.startswith(f"error: {project / 'job.yaml'}: TrainingJob/quickstart: spec.parameters.")
 
-    # The nested typo is the next problem once the first is fixed.
+    # A parameter's problem does not hide another field's: a missing export Volume is said beside it.
     parameters = "{learningRate: 0.1, lora: {alhpa: 8}}"
-    (project / "job.yaml").write_text(JOB.format(runtime="nodus/grpo-lora", parameters=parameters))
+    job = JOB.format(runtime="nodus/grpo-lora", parameters=parameters)
+    (project / "job.yaml").write_text(job + "  exportTo: {volume: nowhere}\n")
     code, _, err = nodus("plan", ".")
     assert code == 1 and "spec.parameters.lora.alhpa: unknown parameter; did you mean 'alpha'?" in err
+    assert "spec.exportTo.volume: Volume default/nowhere does not exist" in err
 
     # apply keeps its own wording (with the reason) and writes nothing.
     code, out, err = nodus("apply", ".", "--yes")

@@ -20,7 +20,7 @@ from typing import Any
 from fake_platform import FakePlatform
 
 REPO = Path(__file__).resolve().parents[2]
-REVERSE_WORDS = REPO / "examples" / "quickstart" / "reverse_words.py"
+REVERSE_WORDS = REPO / "examples" / "quickstart" / "env" / "reverse_words.py"
 
 
 def words(count: int) -> list[str]:

@@ -20,7 +20,7 @@ from fake_platform import FakePlatform
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-REVERSE_WORDS = REPO / "examples" / "quickstart" / "reverse_words.py"
+REVERSE_WORDS = REPO / "examples" / "quickstart" / "env" / "reverse_words.py"
 GUESS_AGAIN = Path(__file__).parent / "envs" / "guess_again.py"
 
 

@@ -11,10 +11,10 @@ from fake_platform import FakePlatform
 
 from nodus.runtimes.attempt import AttemptClient, reward_of
 from nodus.runtimes.grpo_lora import Parameters, check_state, last_checkpoint
-from nodus.runtimes.outputs import history, manifest, plot
+from nodus.runtimes.outputs import history, manifest, moving_mean, plot
 
 REPO = Path(__file__).resolve().parents[2]
-REVERSE_WORDS = REPO / "examples" / "quickstart" / "reverse_words.py"
+REVERSE_WORDS = REPO / "examples" / "quickstart" / "env" / "reverse_words.py"
 
 
 def test_verdicts_become_rewards_and_an_infrastructure_failure_is_no_score() -> None:
@@ -100,3 +100,11 @@ def test_the_tiny_model_revision_names_the_recipe(tmp_path: Path) -> None:
     changed = tmp_path / "reverse_words.py"
     changed.write_bytes(REVERSE_WORDS.read_bytes() + b"\n")
     assert revision(Recipe(), changed) != revision(Recipe(), REVERSE_WORDS)
+
+
+def test_the_plot_draws_a_moving_mean_only_over_more_than_one_step() -> None:
+    """A window of one step is the curve itself: no second line, no "moving mean (1 steps)" legend."""
+    assert moving_mean([0.1, 0.5, 0.3]) is None
+    smooth, legend = moving_mean([float(i % 2) for i in range(30)]) or ([], "")
+    assert legend == "moving mean (3 steps)"
+    assert smooth[:3] == [0.0, 0.5, 1 / 3] and len(smooth) == 30

@@ -148,3 +148,75 @@ def test_a_succeeded_job_lists_its_outputs_by_path_with_their_sha256(tmp_path: P
     outputs = job_status(jobs, JOB)["outputs"]
     assert [entry["name"] for entry in outputs] == ["adapter/adapter_model.safetensors", "results.json"]
     assert outputs[1] == {"name": "results.json", "size": 2, "sha256": hashlib.sha256(b"{}").hexdigest()}
+
+
+SFT_RESULTS = {
+    "runtime": "nodus/sft",
+    "heldOut": {
+        "metric": "heldOutLoss",
+        "better": "lower",
+        "description": "mean token loss on the held-out rows",
+        "before": {"heldOutLoss": 2.3125, "heldOutRows": 30},
+        "after": {"heldOutLoss": 1.875, "heldOutRows": 30},
+        "improved": True,
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("results", "cell", "line"),
+    [
+        (SFT_RESULTS, "loss 2.31→1.88", "held-out loss 2.3125 before, 1.875 after (lower is better: improved)"),
+        (
+            {
+                "heldOut": {
+                    "metric": "heldOutPreferenceAccuracy",
+                    "better": "higher",
+                    "improved": False,
+                    "before": {"heldOutPreferenceAccuracy": 0.5},
+                    "after": {"heldOutPreferenceAccuracy": 0.5},
+                }
+            },
+            "accuracy 50.0%→50.0%",
+            "held-out preference accuracy 50.0% before, 50.0% after (higher is better: did not improve)",
+        ),
+        (
+            {
+                "heldOut": {
+                    "metric": "heldOutKL",
+                    "better": "lower",
+                    "improved": True,
+                    "before": {"heldOutKL": 0.5},
+                    "after": {"heldOutKL": 0.25},
+                }
+            },
+            "KL 0.5→0.25",
+            "held-out KL 0.5 before, 0.25 after (lower is better: improved)",
+        ),
+        ({"runtime": "nodus/evaluate", "tasks": 8, "passRate": 0.625}, "pass 62.5%", "pass rate 62.5%"),
+    ],
+)
+def test_a_succeeded_job_s_headline_result_is_in_get_and_describe(
+    results: dict[str, Any], cell: str, line: str
+) -> None:
+    """The metric of each runtime's README row, read once from results.json when the generation succeeded:
+    `nodus get tj` shows it under CHANGE and `describe` under Results, without `nodus cp`."""
+    import json
+
+    from nodus.reconciler.views import columns
+    from nodus.reconciler.views import results as results_view
+
+    jobs = FakeExecutor()
+    jobs.launch(compiled().with_changes(model=None))
+    key = compiled().key
+    jobs.finish(key.project, key.name, outputs={"results.json": json.dumps(results).encode()})
+    status = job_status(jobs, JOB)
+    shown = ResourceRecord(JOB.key, JOB.spec, JOB.spec_hash, status=status)
+    titles, rows = columns.rows("TrainingJob", [shown])
+    assert rows[0][titles.index("CHANGE")] == cell
+    assert f"{'Result:':<15}{line}" in results_view.result_lines(status)
+
+    # Read once per generation: the next look keeps it without opening results.json again.
+    jobs.finish(key.project, key.name, outputs={"results.json": b"not json"})
+    again = ResourceRecord(JOB.key, JOB.spec, JOB.spec_hash, status=status)
+    assert job_status(jobs, again)["headline"] == status["headline"]

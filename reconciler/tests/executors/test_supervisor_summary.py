@@ -13,6 +13,8 @@ import pytest
 from nodus.reconciler.executors.local.job import JobFiles, JobSpec
 from nodus.reconciler.executors.local.supervisor import Outcome, Supervisor, min_comparison_tasks
 from nodus.reconciler.grading import GradingSettings
+from nodus.reconciler.session.session import compares
+from nodus.reconciler.views import results as results_view
 
 
 def supervisor(files: JobFiles, min_tasks: int = 2) -> Supervisor:
@@ -112,3 +114,21 @@ def test_a_half_written_log_line_is_skipped(tmp_path: Path) -> None:
 )
 def test_min_comparison_tasks_comes_from_params(params: dict[str, Any], expected: int) -> None:
     assert min_comparison_tasks(params) == expected
+
+
+def test_an_evaluate_job_shows_its_pass_rate_without_a_comparison_it_never_asked_for(tmp_path: Path) -> None:
+    """An evaluate job grades one side (Evaluation): its summary is that pass rate; a comparison with a
+    baseline no one asked for would say `not comparable (IncompleteEvents)`, as if something had gone wrong."""
+    files = JobFiles(tmp_path / "job")
+    files.logs.mkdir(parents=True)
+    spec = JobSpec(name="ev", project="proj", command=("true",), params={"mode": "Evaluate"})
+    evaluate = Supervisor(files, spec, GradingSettings(), files.read_status())
+    evaluate.session.record_verdicts(verdicts("Evaluation", True, False, True, True))
+    summary = files.read_status()["summary"]
+    assert summary["finalPassRate"] == 0.75 and summary["final"]["passed"] == 3
+    assert "comparison" not in summary
+    assert results_view.result_lines({"summary": summary}) == ["Final:         75.0% (3/4 scored tasks passed)"]
+
+    # A training run without a baseline asked for compares nothing either; one that asked for both still does.
+    assert not compares({"mode": "Train", "evaluation": {"baseline": False}})
+    assert compares({"mode": "Train"}) and compares({})

@@ -219,3 +219,41 @@ def test_a_failed_fetch_is_a_failed_pass_not_an_exception(controller: Controller
     report = controller.sync()
     assert report.outcome == FAILED and report.revision is None and "git fetch" in report.message
     assert time.monotonic() - started < 30
+
+
+ENVIRONMENT = """apiVersion: nodus.dev/v1
+kind: Environment
+metadata: {name: words}
+spec:
+  version: 1.0.0
+  package: {path: env, loader: words}
+"""
+
+
+def test_build_builds_an_environment_left_unbuilt_at_the_same_revision(
+    controller: Controller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A revision synced without --build (or whose nodus.lock entry was reset) leaves its Environment Pending
+    (ImageNotBuilt); `nodus controller --build` on that same commit builds it, rather than finding it in sync."""
+    from nodus.builder import build as builder
+
+    built: list[Path] = []
+
+    def fake_build(paths: list[Path], **options: object) -> list[builder.BuildResult]:
+        built.extend(paths)  # no podman here: the build is said to fail, which is enough to see it was run
+        return [builder.BuildResult("words", "1.0.0", str(paths[0]), "failed", error="no builder in this test")]
+
+    monkeypatch.setattr(builder, "build_paths", fake_build)
+    first = controller.repo.commit(
+        "an Environment", {"environment.yaml": ENVIRONMENT, "env/words.py": "def tasks(split): return []\n"}
+    )
+    assert controller.sync().outcome == SYNCED
+    record = controller.store.get(ResourceKey("Environment", "default", "words"))
+    assert record is not None and record.status["reason"] == "ImageNotBuilt"
+    assert controller.sync().outcome == IN_SYNC and not built  # without --build nothing would build it
+
+    builds = Controller(controller.repo, controller.home, controller.store, build=True)
+    report = builds.sync()
+    assert report.revision is not None and report.revision.sha == first
+    assert report.reason == "Environment/words is not built (ImageNotBuilt) and --build builds it", report.line()
+    assert len(built) == 1

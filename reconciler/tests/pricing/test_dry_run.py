@@ -28,7 +28,8 @@ def nodus(*args: str) -> tuple[int, str, str]:
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "project"
     root.mkdir()
-    for name in ("environment.yaml", "reverse_words.py", "trainingjob.yaml"):
+    for name in ("environment.yaml", "env/reverse_words.py", "trainingjob.yaml"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(QUICKSTART / name, root / name)
     (root / "nodus.lock").write_text("lockfileVersion: 1\nenvironments: {}\n")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
@@ -59,7 +60,11 @@ def test_the_dry_run_prints_the_workload_priced_and_writes_nothing(project: Path
     code, out, err = nodus("apply", "-f", "trainingjob.yaml", "-f", "environment.yaml", "--dry-run", "-o", "yaml")
     assert code == 1, out  # not built, not cached: blocked
     (document,) = list(yaml.safe_load_all(out))
-    assert document["kind"] == "Job" and document["metadata"] == {"name": "quickstart", "project": "default"}
+    assert document["kind"] == "Job" and document["metadata"] == {
+        "name": "quickstart",
+        "project": "default",
+        "annotations": {"nodus.dev/dry-run": "true"},  # a saved dry run is never applied
+    }
     spec = document["spec"]
     assert spec["owner"] == "TrainingJob/quickstart"
     assert spec["command"] == ["python", "-m", "nodus.runtimes.grpo_lora"]  # as the runtime wrote it
@@ -79,7 +84,7 @@ def test_the_dry_run_prints_the_workload_priced_and_writes_nothing(project: Path
     environment = workload["environment"]
     assert (environment["name"], environment["version"], environment["trainTasks"]) == ("reverse-words", "1.0.0", 600)
     assert environment["imageDigest"] is None and environment["manifests"] == {}
-    assert environment["package"]["hostHint"] == project.resolve().as_uri()
+    assert environment["package"]["hostHint"] == (project / "env").resolve().as_uri()  # the package alone
 
     status = document["status"]
     assert status["dryRun"] is True and status["action"] == "create"
@@ -262,3 +267,27 @@ def test_plan_prices_its_trainingjobs(project: Path) -> None:
     assert f"**Next:** `nodus apply {project}` applies this plan." in out
     code, out, _ = nodus("plan")
     assert "      # cost: $0.0346" in out and out.rstrip().splitlines()[-1].startswith("Estimated cost: $0.0346")
+
+
+def test_a_saved_dry_run_in_the_folder_is_never_applied_as_a_resource(project: Path) -> None:
+    """`nodus apply -f job.yaml --dry-run -o yaml > dry.yaml` in the project: its Job document is marked
+    (`nodus.dev/dry-run: "true"`), so the next plan, apply or dry run leaves it out with a note, rather than
+    planning a Job of the TrainingJob's name (which then failed NameTaken)."""
+    annotate(project)
+    code, out, _ = nodus("apply", "-f", "trainingjob.yaml", "--dry-run", "-o", "yaml")
+    (document,) = list(yaml.safe_load_all(out))
+    assert document["metadata"]["annotations"] == {"nodus.dev/dry-run": "true"}
+    (project / "dry.yaml").write_text(out)
+
+    code, out, err = nodus("plan", ".")
+    assert code == 2, out + err
+    assert "Job/quickstart" not in out.replace("TrainingJob/quickstart", "")
+    assert "dry.yaml:1:1: Job/quickstart: the output of a dry run (annotation nodus.dev/dry-run), left out" in err
+
+    code, out, err = nodus("apply", "-f", "trainingjob.yaml", "--dry-run", "-o", "yaml")
+    assert "NameTaken" not in err and "dry.yaml" not in err.replace("dry.yaml:1:1: Job/quickstart: the output", "")
+
+    # Named on its own, it is refused: the file a dry run was made from is what gets applied.
+    code, out, err = nodus("apply", "-f", "dry.yaml", "--yes")
+    assert code == 1 and "dry.yaml:1:1: Job/quickstart: the output of a dry run" in err
+    assert "a dry run is never applied; apply the file it was made from" in err

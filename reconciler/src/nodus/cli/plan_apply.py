@@ -56,7 +56,11 @@ def read_desired(path: Path | Sequence[Path]) -> list[Desired]:
     """Every resource under `path` (or several paths), with the managed runtimes they name."""
     from nodus.reconciler.planning.managed import read_desired as read
 
-    return read([path] if isinstance(path, Path) else path, hint="point PATH at your spec files or folder")
+    return read(
+        [path] if isinstance(path, Path) else path,
+        hint="point PATH at your spec files or folder",
+        note=lambda text: err_line(f"note: {text}", dim=True),
+    )
 
 
 def warn_stale_sources(desired: list[Desired], project: Project) -> None:
@@ -303,6 +307,8 @@ def _dry_run(paths: list[Path], output: str, prices_file: Path | None, state: st
     table = load_prices(project_root=project.root, prices_file=prices_file)
     records = read_records(project)
     inputs = read_inputs(paths, records)
+    for note in inputs.notes:
+        err_line(f"note: {note}")
     print_dry_run(dry_run(inputs, project=project, prices=table, now=_now()), output)
 
 

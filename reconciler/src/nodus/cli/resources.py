@@ -14,6 +14,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -38,6 +39,9 @@ from nodus.reconciler.views import results as results_view
 from nodus.reconciler.views.times import readable
 from nodus.reconciler.waiting import Requeues
 from nodus.specs.status_names import ENDED_PHASES, LIVE_PHASES, Phase
+
+if TYPE_CHECKING:
+    from nodus.reconciler.views.catalogs import Catalog
 
 _OUTPUT = click.STRING
 
@@ -297,33 +301,23 @@ def _get_attempts(
     _table(titles, values)
 
 
-def _is_catalog(kind: str, namespace: str | None) -> bool:
-    """`nodus get environments -n nodus`: the catalog's Environments, listed whole (`views.catalog`)."""
-    from nodus.reconciler.planning.managed_files import MANAGED_PROJECT
-
-    return kind == "Environment" and namespace == MANAGED_PROJECT
-
-
 def _listed(
     project: Project, store: StateStore, kind: str, name: str | None, namespace: str | None
 ) -> list[ResourceRecord]:
-    """The rows of `get`: the store's, or for the catalog every catalog entry (the store's record when it has one)."""
-    if not _is_catalog(kind, namespace):
-        return _records(store, kind, name, namespace)
-    from nodus.builder.lockfile import Lock
-    from nodus.reconciler.planning.managed_environments import read_catalog
-    from nodus.reconciler.views.catalog import catalog_records
+    """The rows of `get`: the store's, or for a catalog of project nodus (its Environments, its managed runtimes)
+    every entry, the store's record when it has one (`views.catalogs`)."""
+    from nodus.reconciler.views.catalogs import catalog_for
 
-    catalog, problems = read_catalog()
+    catalog = catalog_for(kind, namespace)
+    if catalog is None:
+        return _records(store, kind, name, namespace)
+    records, problems = catalog.rows(project, store.list(kind, namespace))
     for problem in problems:
         err_line(f"warning: {problem}")
-    stored = store.list(kind, namespace)
-    records = catalog_records(catalog, stored, lock=Lock.load(project.lock_path), images=project.files.images)
     if name is not None:
         records = [record for record in records if record.key.name == name]
         if not records:
-            known = ", ".join(sorted(key.name for key in catalog)) or "none"
-            raise ConfigError(f"Environment/{name} not found in project nodus (the catalog has: {known})")
+            catalog.describe(project, name, None)  # raises: not in the catalog, naming what it has
     return records
 
 
@@ -332,12 +326,10 @@ def _show(
 ) -> None:
     """The records as asked, then, on stderr for a table, a line when a job's status is behind its heartbeat."""
     heartbeats = read_heartbeats(project, store, records)
-    view = None
-    if _is_catalog(kind, namespace):
-        from nodus.reconciler.views.catalog import COLUMNS as CATALOG_COLUMNS
+    from nodus.reconciler.views.catalogs import catalog_for
 
-        view = CATALOG_COLUMNS
-    _print(kind, records, output, heartbeats, view)
+    catalog = catalog_for(kind, namespace)
+    _print(kind, records, output, heartbeats, catalog.columns if catalog else None)
     if output not in ("table", "wide"):
         return
     now = time.time()
@@ -363,9 +355,12 @@ def describe(target: str, name: str | None, namespace: str | None, state: str | 
         raise ConfigError("describe needs KIND/NAME", hint="nodus describe tj/my-run")
     project, store = _open(path, state)
     try:
+        from nodus.reconciler.views.catalogs import catalog_for
+
         record = store.get(ResourceKey(kind, namespace or DEFAULT_PROJECT, name))
-        if _is_catalog(kind, namespace):
-            _describe_catalog(project, store, name, record)
+        catalog = catalog_for(kind, namespace)
+        if catalog is not None:
+            _describe_catalog(project, store, catalog, name, record)
             return
         if record is None:
             raise not_found(store, kind, name, namespace)
@@ -405,32 +400,26 @@ def describe(target: str, name: str | None, namespace: str | None, state: str | 
         store.close()
 
 
-def _describe_catalog(project: Project, store: StateStore, name: str, record: ResourceRecord | None) -> None:
-    """`describe environment/NAME -n nodus`: the catalog entry (summary, licence, splits, a sample task, graders,
-    examples), then the store's status and events when a job of this project has named it."""
-    from nodus.builder.lockfile import Lock
-    from nodus.reconciler.planning.managed_environments import read_catalog
+def _describe_catalog(
+    project: Project, store: StateStore, catalog: Catalog, name: str, record: ResourceRecord | None
+) -> None:
+    """`describe KIND/NAME -n nodus`: the catalog entry (an Environment's summary, splits, sample task, graders and
+    examples; a runtime's tasks, parameters, presets and step times), then the store's status and events when a
+    job of this project has named it."""
     from nodus.reconciler.planning.managed_files import MANAGED_PROJECT
-    from nodus.reconciler.views.catalog import catalog_records, describe_lines
+    from nodus.reconciler.views.catalogs import current_record
 
-    catalog, _ = read_catalog()
-    key = ResourceKey("Environment", MANAGED_PROJECT, name)
-    entry = catalog.get(key)
-    if entry is None:
-        known = ", ".join(sorted(k.name for k in catalog)) or "none"
-        raise ConfigError(f"Environment/{name} is not in the catalog (project nodus has: {known})")
-    shown = (
-        record or catalog_records({key: entry}, [], lock=Lock.load(project.lock_path), images=project.files.images)[0]
-    )
+    lines = catalog.describe(project, name, record)
+    shown = current_record(project, catalog, name, record)
     line(f"Name:        {name}")
     line(f"Project:     {MANAGED_PROJECT}")
-    line("Kind:        Environment")
-    for text in describe_lines(entry, shown, project.files):
+    line(f"Kind:        {catalog.kind}")
+    for text in lines:
         line(text)
     phase = (shown.status or {}).get("phase", "-")
     reason = (shown.status or {}).get("message") or (shown.status or {}).get("reason")
     line(f"Phase:       {phase}" + (f" ({reason})" if reason and phase != Phase.READY else ""))
-    events = store.events(key) if record is not None else []
+    events = store.events(shown.key) if record is not None else []
     line("Events:" if events else "Events:      <none>")
     for event in events:
         stamp = time.strftime("%H:%M:%S", time.localtime(event.at))

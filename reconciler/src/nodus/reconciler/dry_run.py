@@ -41,7 +41,7 @@ from typing import Any, cast
 
 from nodus.builder.lockfile import Lock
 from nodus.builder.oci import tags_of
-from nodus.errors import ConfigError
+from nodus.errors import ConfigError, SpecError
 from nodus.reconciler.apply import operations_of, refusals
 from nodus.reconciler.controllers.admission import Admission, admit, suggest
 from nodus.reconciler.controllers.placement import placement_of
@@ -60,7 +60,7 @@ from nodus.reconciler.references import environment_ref, merge, produced, runtim
 from nodus.reconciler.state.records import JSONObject, ResourceKey, ResourceRecord, StateStore, spec_hash
 from nodus.reconciler.volume_models import UnusableModelError
 from nodus.specs import topology
-from nodus.specs.parse import parse_resources
+from nodus.specs.parse import DRY_RUN_ANNOTATION, parse_resources
 from nodus.specs.status_names import Phase, Reason
 
 PLATFORM_ENV = (
@@ -87,6 +87,8 @@ class Inputs:
     desired: list[Desired]
     """The files' resources, then the managed runtimes and catalog Environments they name."""
     records: list[ResourceRecord]
+    notes: tuple[str, ...] = ()
+    """What reading the files left out (a saved dry run in a folder named), for the caller to say on stderr."""
 
 
 def read_inputs(paths: Sequence[Path], records: list[ResourceRecord]) -> Inputs:
@@ -94,14 +96,18 @@ def read_inputs(paths: Sequence[Path], records: list[ResourceRecord]) -> Inputs:
     repository is read (`-f FILE` means that file)."""
     result = parse_resources(list(paths))
     result.raise_for_errors()
-    files = desired_from(result.resources)
+    resources, notes, refused = result.without_dry_runs(path for path in paths if path.is_file())
+    if refused:
+        raise SpecError([str(problem) for problem in refused], hint="nodus apply -f the TrainingJob's own file")
+    files = desired_from(resources)
     if not any(item.key.kind in DRY_RUN_KINDS for item in files):
         names = ", ".join(str(path) for path in paths)
         raise ConfigError(
             f"{names}: no TrainingJob or Job to dry-run",
             hint="a dry run prices TrainingJobs and Jobs; `nodus plan PATH` shows the rest",
         )
-    return Inputs(files, with_managed(files), records)
+    said = tuple(dict.fromkeys(str(problem) for problem in notes))
+    return Inputs(files, with_managed(files), records, said)
 
 
 def inputs_of_job(job: Desired, records: list[ResourceRecord]) -> Inputs:
@@ -135,6 +141,9 @@ def dry_run(inputs: Inputs, *, project: Project, prices: PriceTable, now: dateti
         else:
             continue
         _note_drift(out[-1], actions[item.key])
+    for document in out:  # a saved dry run is never applied: parse leaves a marked document out, with a note
+        annotations = document["metadata"].setdefault("annotations", {})
+        annotations[DRY_RUN_ANNOTATION] = "true"
     return out
 
 

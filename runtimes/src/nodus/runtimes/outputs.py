@@ -160,6 +160,19 @@ def history(log_history: list[dict[str, Any]], keys: tuple[str, ...] = GRPO_CURV
     return [rows[step] for step in sorted(rows)]
 
 
+def moving_mean(values: list[float]) -> tuple[list[float], str] | None:
+    """The values' moving mean over a tenth of them and its legend (`moving mean (3 steps)`); None when the
+    window is one step, since the mean of one step is the curve itself and a second line would say nothing."""
+    window = max(1, len(values) // 10)
+    if window == 1:
+        return None
+    smooth = [
+        sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
+        for i in range(len(values))
+    ]
+    return smooth, f"moving mean ({window} steps)"
+
+
 def plot(rows: list[dict[str, Any]], path: Path, curves: Curves = GRPO_CURVES) -> bool:
     """The metric (GRPO: reward) and loss per step, one panel each; False when there is nothing to draw or no
     matplotlib."""
@@ -176,12 +189,9 @@ def plot(rows: list[dict[str, Any]], path: Path, curves: Curves = GRPO_CURVES) -
     steps = [r["step"] for r in rows]
     rewards = [r.get(curves.metric, float("nan")) for r in rows]
     reward_axis.plot(steps, rewards, color="tab:green", alpha=0.4, label=curves.legend)
-    window = max(1, len(rows) // 10)
-    smooth = [
-        sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1])
-        for i in range(len(rewards))
-    ]
-    reward_axis.plot(steps, smooth, color="tab:green", label=f"moving mean ({window} steps)")
+    smooth = moving_mean(rewards)
+    if smooth is not None:
+        reward_axis.plot(steps, smooth[0], color="tab:green", label=smooth[1])
     reward_axis.legend(loc="lower right")
     reward_axis.set_ylabel(curves.label)
     reward_axis.grid(alpha=0.3)

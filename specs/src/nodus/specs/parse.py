@@ -33,6 +33,8 @@ from nodus.specs.yaml_source import Document, YamlSyntaxError, load_documents
 
 YAML_SUFFIXES = (".yaml", ".yml")
 STDIN = "-"
+DRY_RUN_ANNOTATION = "nodus.dev/dry-run"
+"""Set (`"true"`) on every document `nodus apply --dry-run` prints, so a saved one is never applied."""
 Severity = Literal["error", "warning"]
 
 
@@ -88,6 +90,29 @@ class ParseResult:
     files: list[str] = field(default_factory=list)
     skipped: int = 0
     """Documents found in folders that are not nodus resources (other YAML beside the specs)."""
+
+    def without_dry_runs(
+        self, explicit: Iterable[str | Path] = ()
+    ) -> tuple[list[Parsed], list[Problem], list[Problem]]:
+        """The resources less the documents a dry run printed (`nodus apply --dry-run -o yaml > dry.yaml` beside
+        the specs: what a run would be, never a resource to apply, as its Job has the TrainingJob's name), a note
+        for each left out of a folder, and an error for each in a file named on its own (`explicit`)."""
+        named = {str(path) for path in explicit}
+        kept: list[Parsed] = []
+        notes: list[Problem] = []
+        refused: list[Problem] = []
+        for parsed in self.resources:
+            if parsed.resource.metadata.annotations.get(DRY_RUN_ANNOTATION, "").lower() != "true":
+                kept.append(parsed)
+                continue
+            where, ref = parsed.source, parsed.resource.ref
+            text = f"the output of a dry run (annotation {DRY_RUN_ANNOTATION}), left out"
+            if where.file in named:
+                text = f"{text}: a dry run is never applied; apply the file it was made from"
+                refused.append(Problem(where.file, where.line, where.column, text, ref))
+            else:
+                notes.append(Problem(where.file, where.line, where.column, text, ref, None, "warning"))
+        return kept, notes, refused
 
     @property
     def ok(self) -> bool:

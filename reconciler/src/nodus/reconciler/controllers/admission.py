@@ -54,6 +54,9 @@ class Admission:
     runtime: ResourceKey | None = None
     environment: ResourceKey | None = None
     model: JSONObject | None = None
+    refusals: tuple[Refusal, ...] = ()
+    """Every problem found, the first of which is `reason`/`message`: what plan and apply print, one line each,
+    so a user fixes them in one edit rather than one per plan."""
 
 
 OUTPUTS_PATH = "/nodus/outputs"
@@ -80,34 +83,36 @@ def admit(
     if mode not in runtime_spec.get("modes", ["Train"]):
         return _refused("ModeNotSupported", "spec.mode", f"runtime {key.name} does not support mode {mode}", key)
     env_key: ResourceKey | None = None
+    found: list[Admission] = []  # each check below is independent of the others: all of them are said at once
     reference = environment_ref(job)
     if reference is not None:
         env_key, version = reference
         missing = _environment_problem(env_key, version, known)
-        if missing is not None:
-            return _refused(missing[0], "spec.environment.name", missing[1], key)
         too_few = _too_few_held_out(spec)
-        if too_few is not None:
-            return _refused("TooFewHeldOutTasks", too_few[0], too_few[1], key, environment=env_key)
+        if missing is not None:
+            found.append(_refused(missing[0], "spec.environment.name", missing[1], key))
+        elif too_few is not None:
+            found.append(_refused("TooFewHeldOutTasks", too_few[0], too_few[1], key, environment=env_key))
         if runtime_spec.get("environmentTasks") != "AttemptAPI":
             detail = (
                 f"runtime {key.name} does not fetch Environment tasks through the attempt API "
                 "(spec.environmentTasks: AttemptAPI)"
             )
-            return _refused("RuntimeLacksAttemptAPI", "spec.runtime", detail, key)
+            found.append(_refused("RuntimeLacksAttemptAPI", "spec.runtime", detail, key))
     parameters = merge(runtime_spec.get("defaults") or {}, spec.get("parameters") or {})
-    problem = _schema_problem(runtime_spec.get("parameterSchema") or {"type": "object"}, parameters)
-    if problem is not None:
-        path, detail = problem
-        return _refused("InvalidParameters", path, detail, key, environment=env_key)
+    for path, detail in _schema_problems(runtime_spec.get("parameterSchema") or {"type": "object"}, parameters):
+        found.append(_refused("InvalidParameters", path, detail, key, environment=env_key))
     model = spec.get("model") or runtime_spec.get("defaultModel")
     if model and model.get("uri") and "@" not in str(model["uri"]):
         where = "spec.model.uri" if spec.get("model") else f"runtime {key.name}: spec.defaultModel.uri"
-        return _refused("ModelNotPinned", where, f"{model['uri']} names no 40-character revision", key)
+        found.append(_refused("ModelNotPinned", where, f"{model['uri']} names no 40-character revision", key))
     export = _export_problem(job, runtime_spec, known)
     if export is not None:
         reason, path, detail = export
-        return _refused(reason, path, detail, key, environment=env_key)
+        found.append(_refused(reason, path, detail, key, environment=env_key))
+    if found:
+        every = tuple(Refusal(problem.reason, problem.message) for problem in found)
+        return dataclasses.replace(found[0], parameters=parameters, refusals=every)
     return Admission(True, parameters=parameters, runtime=key, environment=env_key, model=model)
 
 
@@ -119,7 +124,7 @@ def trainingjob_refusals(record: ResourceRecord | None, job: JSONObject, context
     runtime = planned.document(runtime_key(job))
     runtimes = _known_runtimes(context) if runtime is None else ()
     verdict = admit(job, runtime, planned.of_kinds("Environment", "Volume"), runtimes)
-    found = [] if verdict.admitted else [Refusal(verdict.reason, verdict.message)]
+    found = [] if verdict.admitted else list(verdict.refusals or [Refusal(verdict.reason, verdict.message)])
     lowered = lowered_cap(record, job, context.action)
     if lowered:
         found.append(Refusal("", f"spec.maxCostUSD: {lowered}"))
@@ -241,26 +246,25 @@ def _refused(
     return Admission(False, reason, f"{path}: {detail}", field=path, runtime=runtime, environment=environment)
 
 
-def _schema_problem(schema: JSONObject, parameters: JSONObject) -> tuple[str, str] | None:
-    """The first schema violation as (`spec.parameters.<path>`, what is wrong), or None."""
+def _schema_problems(schema: JSONObject, parameters: JSONObject) -> list[tuple[str, str]]:
+    """Every schema violation as (`spec.parameters.<path>`, what is wrong), by path: an unknown name with "did
+    you mean" the closest name the schema allows at its level."""
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(parameters))
-    if error is None:
-        return None
-    path = ".".join(["spec.parameters", *(str(part) for part in error.absolute_path)])
-    if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
-        # jsonschema names the unexpected keys only in its message; put the first one in the path. The
-        # names this level of the schema allows are the candidates for "did you mean".
-        known = [str(name) for name in error.schema.get("properties", {})]
-        extra = sorted(set(error.instance) - set(known))
-        if extra:
-            suggestion = suggest(str(extra[0]), known)
-            if suggestion is not None:
-                return f"{path}.{extra[0]}", f"unknown parameter; did you mean {suggestion!r}?"
-            return f"{path}.{extra[0]}", "unknown parameter (the runtime's schema does not allow it)"
-    return path, error.message
+    found: list[tuple[str, str]] = []
+    for error in jsonschema.Draft202012Validator(schema).iter_errors(parameters):
+        path = ".".join(["spec.parameters", *(str(part) for part in error.absolute_path)])
+        if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
+            # jsonschema names the unexpected keys only in its message; each goes in a path of its own. The names
+            # this level of the schema allows are the candidates for "did you mean".
+            known = [str(name) for name in error.schema.get("properties", {})]
+            for extra in sorted(set(error.instance) - set(known)):
+                suggestion = suggest(str(extra), known)
+                why = f"; did you mean {suggestion!r}?" if suggestion else " (the runtime's schema does not allow it)"
+                found.append((f"{path}.{extra}", f"unknown parameter{why}"))
+            continue
+        found.append((path, error.message))
+    return sorted(found)
 
 
 def suggest_runtime(written: str, wanted: ResourceKey, runtimes: Collection[ResourceKey]) -> str | None:

@@ -37,6 +37,7 @@ from nodus.reconciler.controllers.attempts import attempts_of
 from nodus.reconciler.controllers.budgets import InferenceSpend, blocking_budget, budget_status, first_hold
 from nodus.reconciler.controllers.evaluation_endpoint import evaluation_endpoint
 from nodus.reconciler.controllers.export import exported_status
+from nodus.reconciler.controllers.headline import headline
 from nodus.reconciler.controllers.producers import missing_volume_status, producer_status
 from nodus.reconciler.controllers.run_secrets import run_secrets, tracking_params
 from nodus.reconciler.controllers.status import write_status
@@ -698,6 +699,9 @@ def job_status(jobs: Executor, record: ResourceRecord) -> JSONObject:
             timing = measure(jobs.events(project, name), jobs.spec_of(project, name).params, raw, model)
             timing = timing or {"generation": seen.generation}
         status["timing"] = timing  # measured once: later estimates of this shape on this host use it
+        found = headline(jobs, project, name, seen.generation, record.status.get("headline"))
+        if found is not None:  # the runtime's headline metric, for get (CHANGE) and describe
+            status["headline"] = found
     return status
 
 

@@ -4,6 +4,11 @@ Who uses it: nodus.cli.env. The scaffold is the seeds' own example (spell a word
 `<answer></answer>`): tasks(split), reward(completion, answer), a README, fixture cases and a pyproject, so
 people replace the word list and the reward with their own. Writing is all or nothing: an existing file
 aborts the whole write set, and an identical rerun changes nothing.
+
+The package (the module and its pyproject) lives in a folder of its own, `env/` (`package.path: env`): the folder
+`nodus env init` makes is where people then run things, and the logs, `nodus cp` copies, saved dry runs and the
+`.nodus/` state made there must not change the package's digest nor go into its image. The spec, the fixture
+cases (read beside it) and the README stay at the top, with a .gitignore for what runs leave.
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ metadata:
 spec:
   version: 0.1.0
   package:
-    path: .
+    path: {package}   # the package alone: what runs leave in this folder is not part of it
     loader: {module}
   category: Custom
   modes: [Train, Evaluate]
@@ -82,6 +87,17 @@ Spell a word backwards inside `<answer></answer>` (the scaffold of `nodus env in
 $ nodus env test {folder}
 $ nodus env describe {folder}
 ```
+"""
+
+PACKAGE_FOLDER = "env"
+"""Where the package goes, under the folder `init` writes."""
+
+GITIGNORE = """# What nodus and runs leave here: state, logs, copies of outputs, saved dry runs.
+.nodus/
+*.log
+outputs/
+dry*.yaml
+dry*.json
 """
 
 PYPROJECT = """[project]
@@ -133,12 +149,14 @@ def scaffold(name: str, folder: Path) -> list[Path]:
     if not is_dns_label(name):
         raise ConfigError(f"{name!r}: an Environment name is a DNS label (lowercase letters, digits, '-')")
     module = name.replace("-", "_") + "_env"
+    package = folder / PACKAGE_FOLDER
     files = {
-        folder / "environment.yaml": SPEC.format(name=name, module=module, folder=folder),
-        folder / f"{module}.py": MODULE.format(name=name),
+        folder / "environment.yaml": SPEC.format(name=name, module=module, folder=folder, package=PACKAGE_FOLDER),
+        package / f"{module}.py": MODULE.format(name=name),
         folder / "README.md": README.format(name=name, folder=folder),
-        folder / "pyproject.toml": PYPROJECT.format(name=name, module=module),
+        package / "pyproject.toml": PYPROJECT.format(name=name, module=module),
         folder / "fixtures.jsonl": "".join(json.dumps(c) + "\n" for c in FIXTURE_CASES),
+        folder / ".gitignore": GITIGNORE,
     }
     conflicts = [p for p, text in files.items() if p.exists() and p.read_text() != text]
     if conflicts:
@@ -146,9 +164,9 @@ def scaffold(name: str, folder: Path) -> list[Path]:
             f"{conflicts[0]} exists and differs from the scaffold; nothing was written",
             hint="choose another folder with --dir, or remove the files",
         )
-    folder.mkdir(parents=True, exist_ok=True)
     written = []
     for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists():
             path.write_text(text)
             written.append(path)

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodus.builder.store import LOCK_NAME
 from nodus.errors import ConfigError, NodusError
 from nodus.reconciler.apply import ApplyOptions, apply_operations, holding_lease, operations_of
+from nodus.reconciler.controllers.blocking import NOT_BUILT
 from nodus.reconciler.gitops import sync_status
 from nodus.reconciler.gitops.source import GitSource, Revision
 from nodus.reconciler.gitops.sync_status import SyncSummary
@@ -134,7 +135,7 @@ def _sync(
     where = f"{target.source.shown}@{revision.short}" + ("" if target.path in (".", "") else f" ({target.path})")
     desired = read_desired(specs, shown=where)
     made = _plan(desired, store, target.prune)
-    reason = why_sync(made, sync_status.last_summary(store), revision, target)
+    reason = why_sync(made, sync_status.last_summary(store), revision, target, unbuilt(desired, store))
     if reason is None:
         sync, health = counts(desired, store)
         return PassReport(IN_SYNC, revision, sync=sync, health=health, elapsed_s=time.monotonic() - started)
@@ -190,8 +191,24 @@ def _sync(
     )
 
 
-def why_sync(made: Plan, last: SyncSummary | None, revision: Revision, target: Target) -> str | None:
-    """Why this pass must apply, or None when the store already holds the revision in full."""
+def unbuilt(desired: list[Desired], store: StateStore) -> list[str]:
+    """`Kind/name (Reason)` of each resource of the revision waiting on a build that only an apply with --build
+    runs (`controllers.blocking.NOT_BUILT`): a revision synced without --build, or whose nodus.lock entry was
+    reset, is not in sync for a controller that builds."""
+    found = []
+    for item in desired:
+        record = store.get(item.key)
+        status = record.status if record is not None else {}
+        if status.get("phase") == Phase.PENDING and status.get("reason") in NOT_BUILT:
+            found.append(f"{item.key.kind}/{item.key.name} is not built ({status['reason']})")
+    return found
+
+
+def why_sync(
+    made: Plan, last: SyncSummary | None, revision: Revision, target: Target, unbuilt: Sequence[str] = ()
+) -> str | None:
+    """Why this pass must apply, or None when the store already holds the revision in full (`unbuilt`: what
+    waits on a build, which a target with --build runs)."""
     if made.has_changes:
         return "the plan has changes"
     if last is None:
@@ -204,6 +221,8 @@ def why_sync(made: Plan, last: SyncSummary | None, revision: Revision, target: T
         return "the last sync was interrupted"
     if last.outcome != Phase.SUCCEEDED:
         return "the last sync failed"
+    if target.build and unbuilt:
+        return f"{unbuilt[0]} and --build builds it" + (f" (and {len(unbuilt) - 1} more)" if len(unbuilt) > 1 else "")
     return None
 
 

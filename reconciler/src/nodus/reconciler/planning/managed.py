@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
 
@@ -99,19 +99,28 @@ def with_managed_runtimes(desired: list[Desired], folders: Iterable[Path] | None
     return [*desired, *(catalog[key] for key in wanted if key in catalog)]
 
 
-def read_desired(paths: Iterable[Path], *, shown: str | None = None, hint: str) -> list[Desired]:
+def read_desired(
+    paths: Iterable[Path], *, shown: str | None = None, hint: str, note: Callable[[str], None] | None = None
+) -> list[Desired]:
     """Every resource under `paths`, with the managed runtimes and catalog Environments it names: what `nodus
     plan`, `nodus apply` and `nodus controller` plan from. A spec error is raised whole (one line per problem);
     no resource at all is an error too, as an empty folder is far more likely a wrong path than a wish to
     destroy everything.
-    `shown`: how messages name the paths; `hint`: what to check when nothing was found."""
+    `shown`: how messages name the paths; `hint`: what to check when nothing was found; `note`: where what was
+    left out on purpose is said (a saved dry run's output)."""
     paths = list(paths)
     result = parse_resources(paths)
     result.raise_for_errors()
-    if not result.resources:
+    resources, notes, refused = result.without_dry_runs(path for path in paths if path.is_file())
+    if refused:
+        raise SpecError([str(problem) for problem in refused], hint="nodus apply -f the TrainingJob's own file")
+    if note is not None:
+        for problem in notes:
+            note(str(problem))
+    if not resources:
         where = shown or ", ".join(str(path) for path in paths)
         raise ConfigError(f"{where}: no nodus resources found", hint=hint)
-    return with_managed(desired_from(result.resources))
+    return with_managed(desired_from(resources))
 
 
 def with_managed(desired: list[Desired]) -> list[Desired]:

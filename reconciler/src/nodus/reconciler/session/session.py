@@ -75,6 +75,7 @@ class JobSession:
         earlier_gradings: Iterable[Mapping[str, Any]] = (),
         min_comparison_tasks: int = DEFAULT_MIN_COMPARISON_TASKS,
         record_wire: bool = False,
+        compared: bool = True,
     ) -> None:
         self.name = name
         self.attempt = attempt
@@ -96,6 +97,7 @@ class JobSession:
             self.tally.add(record)
         self.requests = self.tally.last_request
         self.min_comparison_tasks = min_comparison_tasks
+        self.compared = compared
         self._gradings_lock = threading.Lock()
         self._dropped_summary_keys = False
         self._stack = contextlib.ExitStack()
@@ -201,7 +203,8 @@ class JobSession:
     def _publish_summary(self) -> None:
         """The status's summary and diagnostics from the tally (the caller holds the gradings lock)."""
         if self.tally.records:
-            self.status.platform_summary(self.tally.summary(self.min_comparison_tasks), self.tally.diagnostics())
+            summary = self.tally.summary(self.min_comparison_tasks, compared=self.compared)
+            self.status.platform_summary(summary, self.tally.diagnostics())
 
     # --- the end ---------------------------------------------------------------------------------------
 
@@ -245,3 +248,12 @@ def min_comparison_tasks(params: Mapping[str, Any]) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return value
     return DEFAULT_MIN_COMPARISON_TASKS
+
+
+def compares(params: Mapping[str, Any]) -> bool:
+    """Whether the job's summary compares baseline and final: a training run that asked for both (the seeds'
+    defaults); an evaluate job, or a run without `evaluation.baseline` or `.final`, grades one side or none, and
+    its summary is that side's pass rate, not a comparison refused for want of the other."""
+    evaluation = params.get("evaluation")
+    asked = evaluation if isinstance(evaluation, Mapping) else {}
+    return params.get("mode", "Train") == "Train" and bool(asked.get("baseline", True) and asked.get("final", True))

@@ -156,12 +156,13 @@ class GradingTally:
             if group.count >= 2:
                 self.flat_groups -= 1
 
-    def summary(self, min_tasks: int = DEFAULT_MIN_COMPARISON_TASKS) -> dict[str, Any]:
-        """status.summary's platform part: pass rates, each side's counts and the comparison."""
+    def summary(self, min_tasks: int = DEFAULT_MIN_COMPARISON_TASKS, *, compared: bool = True) -> dict[str, Any]:
+        """status.summary's platform part: pass rates, each side's counts and the comparison (`compared`: the
+        job asked for one; an evaluate job's summary is its own pass rate, with no comparison)."""
         baseline, final = self._last[BASELINE], self._last[EVALUATION]
-        comparison = compare(baseline, final, min_tasks)
+        comparison = compare(baseline, final, min_tasks) if compared else None
         out: dict[str, Any] = {}
-        if comparison["comparable"]:
+        if comparison is not None and comparison["comparable"]:
             # Both rates on the same tasks: those scored on both sides.
             common = _scored(baseline).keys() & _scored(final).keys()
             out["baselinePassRate"] = _rate(_passed(baseline, common), len(common))
@@ -176,7 +177,8 @@ class GradingTally:
             out["baseline"] = counts(baseline)
         if final:
             out["final"] = counts(final)
-        out["comparison"] = comparison
+        if comparison is not None:
+            out["comparison"] = comparison
         if any(self.failures.values()):
             out[GRADING_FAILURES] = self.grading_failures()
         return out

@@ -15,6 +15,7 @@ from typing import Any
 
 from nodus.reconciler.gitops.sync_status import health_of, sync_state
 from nodus.reconciler.state.records import ResourceRecord
+from nodus.reconciler.views.headline import headline_cell
 from nodus.reconciler.views.warnings import failures_cell
 from nodus.specs.status_names import Phase
 
@@ -76,8 +77,18 @@ def _cost(record: ResourceRecord) -> str:
 
 
 def _change(record: ResourceRecord) -> str:
+    """The change in pass rate of a compared run (`+12.5pp`), else the runtime's headline metric (`loss
+    2.31→1.88`, `pass 62.5%`: `views.results.headline_cell`), else the platform's own final pass rate."""
     change = _get(record.status, "summary", "comparison", "changePoints")
-    return "-" if change is None else f"{float(change):+.1f}pp"
+    if change is not None:
+        return f"{float(change):+.1f}pp"
+    found = _get(record.status, "headline")
+    if isinstance(found, dict):
+        return headline_cell(found)
+    final = _get(record.status, "summary", "finalPassRate")
+    if _get(record.status, "summary", "comparison") is None and isinstance(final, int | float):
+        return f"pass {float(final) * 100:.1f}%"
+    return "-"
 
 
 def _model(record: ResourceRecord) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from nodus.reconciler.views.headline import headline_line
 from nodus.reconciler.views.warnings import warning_lines
 from nodus.specs.status_names import Phase, Reason
 
@@ -32,6 +33,9 @@ def result_lines(status: Mapping[str, Any], job: str | None = None) -> list[str]
         comparison = summary.get("comparison")
         if isinstance(comparison, Mapping):
             lines.append(f"{'Change:':<15}{_comparison(comparison)}")
+    found = status.get("headline")
+    if isinstance(found, Mapping):  # the runtime's own metric, from its results.json
+        lines.append(f"{'Result:':<15}{headline_line(found)}")
     signal = diagnostics.get("rewardSignal") if isinstance(diagnostics, Mapping) else None
     if isinstance(signal, Mapping):
         groups, flat = signal.get("groups", 0), signal.get("flatGroups", 0)

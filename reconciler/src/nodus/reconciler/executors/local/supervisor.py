@@ -65,7 +65,7 @@ from nodus.specs.secret import SecretSpec
 from ...grading import GradingSettings
 from ...secret_values import value
 from ...session.attempt_api import FileTranscript
-from ...session.session import JobSession, Outcome, min_comparison_tasks
+from ...session.session import JobSession, Outcome, compares, min_comparison_tasks
 from ..process_env import base_environment
 from . import trainer_container
 from .job import (
@@ -163,6 +163,7 @@ class Supervisor:
             status=status,
             earlier_gradings=earlier,
             min_comparison_tasks=min_comparison_tasks(spec.params),
+            compared=compares(spec.params),
             record_wire=record_wire,
         )
         self.status = self.session.status
