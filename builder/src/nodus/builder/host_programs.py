@@ -48,6 +48,7 @@ PROGRAMS: dict[str, Program] = {
         Program("ip", "iproute2", "nodus cluster --netns and the Ray tests: a network namespace with only loopback"),
         Program("nsenter", "util-linux", "nodus cluster --netns: each Ray node started in that namespace", base=True),
         Program("ray", "pip:ray", "nodus cluster: the Ray nodes it starts (the nodus[ray] extra)"),
+        Program("nvidia-smi", "nvidia-smi", "the local executor's GPUs: a GPU request this host lacks is refused"),
         Program("vllm", "pip:vllm", "GPU hosts' model server for InferenceEndpoints (nodus-runtimes' cuda extra)"),
         Program("ldd", "libc-bin", "tests: the libraries a hand-made test image needs", base=True),
         Program("bash", "bash", "nodus.testing.workflows: the steps of a GitHub workflow, run here", base=True),

@@ -16,9 +16,10 @@ from __future__ import annotations
 import functools
 import os
 import re
-import shutil
 import subprocess
 from typing import Final
+
+from nodus.builder.host_programs import which
 
 from ..protocol import HostGpus
 
@@ -46,7 +47,7 @@ def host_gpus() -> HostGpus:
     if declared is not None:
         names = [] if declared.strip().lower() in ("", "none") else [part.strip() for part in declared.split(",")]
         return HostGpus(tuple(name for name in names if name), f"${VARIABLE}")
-    program = shutil.which("nvidia-smi")
+    program = which("nvidia-smi")
     if program is None:
         return HostGpus((), "nvidia-smi not found")
     try:
