@@ -358,40 +358,46 @@ def test_dpo_starts_from_the_sft_runs_export_and_its_provenance_names_both(model
     assert trained_by["model"]["digest"] == sft_provenance["model"]["digest"]
 
 
-def test_one_apply_runs_the_sft_job_then_the_dpo_job_that_trains_on_its_export(model: str) -> None:
-    """Issue 25's acceptance (full SFT): both jobs in one repo, one `nodus apply --wait`. The plan shows the DPO job
-    waiting for the SFT job; apply launches the SFT job, holds the DPO job Pending (WaitingFor, naming it) until its
-    export commits the Volume's revision 1, then launches it in the same apply; both succeed."""
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_one_apply_runs_the_sft_job_then_the_dpo_job_that_trains_on_its_export(model: str, method: str) -> None:
+    """Issue 25's acceptance (full and LoRA SFT): both jobs in one repo, one `nodus apply --wait`. The plan shows the
+    DPO job waiting for the SFT job; apply launches the SFT job, holds the DPO job Pending (WaitingFor, naming it)
+    until its export commits the Volume's revision 1, then launches it in the same apply; both succeed. A LoRA
+    export is its base model with the adapter merged in, and the DPO run's status names both."""
+    sft, out = f"sft-{method}", f"sft-{method}-out"
+    lora = ", lora: {r: 8, alpha: 16}" if method == "lora" else ""
     rows = [{"question": PROMPT.format(word=w), "answer": answer(w[::-1])} for w in words(60)]
     upload(jsonl(Path("data/chats.jsonl"), rows), "support-chats", "chats.jsonl")
     upload(jsonl(Path("data/prefs.jsonl"), pairs(60)), "prefs", "prefs.jsonl")
-    volume("sft-full-out")
+    volume(out)
     Path("jobs").mkdir()
     (Path("jobs") / "sft.yaml").write_text(
-        "apiVersion: nodus.dev/v1beta1\nkind: TrainingJob\nmetadata: {name: sft-full}\nspec:\n"
+        f"apiVersion: nodus.dev/v1beta1\nkind: TrainingJob\nmetadata: {{name: {sft}}}\nspec:\n"
         f'  runtime: nodus/sft\n  model: {{uri: "{model}"}}\n'
         "  data: {volume: support-chats, path: chats.jsonl, format: JSONL, columns: {prompt: question, completion: "
         "answer}}\n"
-        "  parameters: {steps: 2, saveSteps: 2}\n"
-        "  exportTo: {volume: sft-full-out}\n"
+        f"  parameters: {{steps: 2, saveSteps: 2{lora}}}\n"
+        f"  exportTo: {{volume: {out}}}\n"
     )
     (Path("jobs") / "dpo.yaml").write_text(  # named to sort first: only the dependency puts it second
         "apiVersion: nodus.dev/v1beta1\nkind: TrainingJob\nmetadata: {name: a-dpo}\nspec:\n"
-        "  runtime: nodus/dpo\n  model: {volume: {name: sft-full-out, revision: 1}}\n"
+        f"  runtime: nodus/dpo\n  model: {{volume: {{name: {out}, revision: 1}}}}\n"
         "  data: {volume: prefs, path: prefs.jsonl, format: JSONL}\n"
         "  parameters: {steps: 2, saveSteps: 2, lora: {r: 8, alpha: 16}}\n"
     )
     code, planned = nodus("plan", "jobs")
     assert code == 2, planned
-    assert planned.index("TrainingJob/sft-full") < planned.index("TrainingJob/a-dpo"), planned
-    assert "# waits for tj/sft-full" in planned, planned
+    assert planned.index(f"TrainingJob/{sft}") < planned.index("TrainingJob/a-dpo"), planned
+    assert f"# waits for tj/{sft}" in planned, planned
 
     code, output = nodus("apply", "-f", "volumes", "-f", "jobs", "--yes", "--wait", "--timeout", "8m")
     assert code == 0, output + nodus("logs", "tj/a-dpo")[1][-3000:]
-    assert "waits for TrainingJob sft-full to export Volume sft-full-out revision 1" in output, output
-    assert "TrainingJob/sft-full: Succeeded" in output and "TrainingJob/a-dpo: Succeeded" in output, output
-    assert status_of("sft-full")["export"]["revision"] == 1
-    assert output_json("a-dpo", "provenance.json")["model"]["revision"] == "volume:sft-full-out@1"
+    assert f"waits for TrainingJob {sft} to export Volume {out} revision 1" in output, output
+    assert f"TrainingJob/{sft}: Succeeded" in output and "TrainingJob/a-dpo: Succeeded" in output, output
+    assert status_of(sft)["export"]["revision"] == 1
+    assert output_json("a-dpo", "provenance.json")["model"]["revision"] == f"volume:{out}@1"
+    if method == "lora":
+        assert status_of("a-dpo")["model"] == {"base": model, "adapters": [f"volume:{out}@1/adapter"], "merged": True}
 
 
 def test_dpo_trains_on_an_sft_lora_export_merged_into_its_base(model: str) -> None:
