@@ -242,6 +242,24 @@ def test_an_in_place_update_that_waits_keeps_the_running_generation(project: Pro
     assert ("cancel", "default", "run") not in fake.calls
 
 
+def test_a_suspension_asked_in_place_keeps_the_running_generation(project: Project, fake: FakeExecutor) -> None:
+    """`nodus patch` of spec.state to Suspended is an in-place update: the pass that suspends the job launches
+    nothing, and its status keeps the generation that runs (else refresh would take the patched record's generation
+    for a replacement not launched and never read the job again: `nodus wait ...=Suspended` ran to its timeout)."""
+    (project.root / "job.yaml").write_text(training_job(3))
+    assert nodus("apply", ".", "--yes")[0] == 0
+    fake.set_phase("default", "run", "Running", stage="Training")
+    code, out, err = nodus("patch", "tj/run", "-p", '{"spec": {"state": "Suspended"}}')
+    assert code == 0, out + err
+    store = project.open_state()
+    try:
+        record = store.get(TJ)
+    finally:
+        store.close()
+    assert record is not None and record.generation == 2 and record.status["launchGeneration"] == 1, record.status
+    assert ("suspend", "default", "run") in fake.calls
+
+
 class ResumeRefused(FakeExecutor):
     """A fake whose cluster does not answer a resume (a raised cap cannot reach the running job for now)."""
 

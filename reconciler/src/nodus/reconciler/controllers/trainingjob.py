@@ -107,11 +107,13 @@ def reconcile_trainingjob(
     generation still running is stopped: it was replaced, and the status shown is the new generation's, so the
     old run must not go on (and cost) out of sight."""
     status, launched = _reconcile_trainingjob(record, project=project, store=store)
-    if launched is None and status.get("phase") in (Phase.PENDING, Phase.FAILED) and "launchGeneration" not in status:
+    if launched is None and "launchGeneration" not in status:
+        # Any pass that launched nothing (a wait, a refusal, a suspension asked in place) keeps the generation that
+        # runs: without it a patched record's generation would be taken for an unlaunched replacement.
         if record.status.get("launchGeneration") is not None:
             status = {**status, "launchGeneration": record.status["launchGeneration"]}
-        if store.launches(record.key):  # an earlier generation ran: a job never launched asks no executor
-            stop_superseded(executor(project), record)
+        if status.get("phase") in (Phase.PENDING, Phase.FAILED) and store.launches(record.key):
+            stop_superseded(executor(project), record)  # an earlier generation ran; one never launched asks none
     return status, launched
 
 
