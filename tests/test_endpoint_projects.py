@@ -1,5 +1,5 @@
 """Two projects on one host each serve their own endpoint at the same time, each through its own gateway on a port of
-its own, each reachable with its own key; a gateway stops with its project's last running endpoint, and once its
+its own, each reachable with its own key; a gateway stops with its project's last endpoint (deleted; a stopped one answers 503 through it), and once its
 project's folder is deleted (issue 25, problem 6).
 
 Needs the training stack (the model server runs on transformers) and the tiny model (built here, no download).
@@ -109,7 +109,7 @@ def test_two_projects_serve_their_own_endpoints_through_their_own_gateways(
     assert refused.value.code == 401
 
     monkeypatch.chdir(projects["alpha"])
-    code, output = nodus("stop", "ep/chat")  # alpha's last running endpoint: its gateway stops with it
+    code, output = nodus("delete", "ep/chat")  # alpha's last endpoint: its gateway stops with it
     assert code == 0, output
     until_gone(gateway_of(alpha))
     code, output = chat(projects["beta"], beta_key, monkeypatch)

@@ -11,7 +11,8 @@ model folder with the adapters, on a Unix socket of the host's (`executors/servi
 endpoint (another model) replaces the service; limits and the cap change in place and never restart it (the gateway
 reads them from the store at each request). Each service reports its readiness changes (`report_of`: its supervisor
 runs a refresh of the endpoint), so `nodus start` or `create` without `--wait` leave it Running once it answers,
-with no later command. The gateway is stopped with the project's last endpoint that wants it (stopped or deleted).
+with no later command. The gateway is stopped with the project's last endpoint (deleted): a stopped endpoint still
+answers 503 through it until it is started, as the seeds say of `nodus stop`.
 
 Status it writes (what the gateway, `nodus get ep` and `describe` read):
     phase        Pending (starting, or waiting: reason ModelNotCached, VolumeNotReady, TrainingJobNotSucceeded),
@@ -128,11 +129,9 @@ def ensure_gateway(project: Project, store: StateStore, services: ServiceHost) -
 
 
 def gateway_needed(store: StateStore, leaving: ResourceKey) -> bool:
-    """Whether an endpoint other than `leaving` (stopped or deleted now) still wants the gateway."""
-    return any(
-        other.key != leaving and not other.deleting and other.spec["spec"].get("state") != "Stopped"
-        for other in store.list("InferenceEndpoint")
-    )
+    """Whether an endpoint other than `leaving` (deleted now) still wants the gateway: a stopped one does (it answers
+    503 through the gateway until it is started)."""
+    return any(other.key != leaving and not other.deleting for other in store.list("InferenceEndpoint"))
 
 
 def reconcile_endpoint(record: ResourceRecord, *, project: Project, store: StateStore) -> JSONObject:
@@ -140,9 +139,7 @@ def reconcile_endpoint(record: ResourceRecord, *, project: Project, store: State
     spec = record.spec["spec"]
     services = service_host(project)
     if spec.get("state") == "Stopped":
-        services.stop_service(record.key.project, record.key.name)
-        if not gateway_needed(store, record.key):  # nothing of the project calls through it any more
-            services.stop_service(GATEWAY.project, GATEWAY.name)
+        services.stop_service(record.key.project, record.key.name)  # the gateway stays: it answers 503 for it
         return _status(record, services.observe_service(record.key.project, record.key.name), None)
     try:
         served = served_model(record, load_models(project.root), project, store, executor(project))
