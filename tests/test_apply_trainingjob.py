@@ -69,7 +69,7 @@ def test_plan_apply_wait_get_then_nothing_to_do(project: Path) -> None:
     assert "TrainingJob/echo-run: Succeeded" in output
 
     code, output = nodus("get", "tj", "echo-run", "-o", "jsonpath={.status.phase} {.status.stage}")
-    assert code == 0 and output.split() in (["Succeeded", "Evaluating"], ["Succeeded", "Exporting"]), output
+    assert code == 0 and output.split() == ["Succeeded"], output  # a job that ended has no stage
     code, output = nodus("get", "env", "arithmetic", "-o", "json")
     status = json.loads(output)["status"]
     assert status["phase"] == "Ready" and status["splits"] == {"train": 5000, "test": 500}

@@ -206,12 +206,15 @@ def test_a_budget_holds_back_a_launch_whose_first_hold_would_pass_it(
     assert nodus("apply", ".", "--yes")[0] == 0
     assert nodus("cp", "chats.jsonl", "vol/chats:chats.jsonl")[0] == 0
     (project / "budget.yaml").write_text(BUDGET.format(limit="1.00", kinds=", kinds: [InferenceEndpoint]"))
-    (project / "job.yaml").write_text(JOB.format(task="SFT", answer="answer", extra='  maxCostUSD: "2.00"\n'))
+    # The caps are below an hour at $3.60 (a Budget's first hold is the cap then); expectedDuration bounds the run's
+    # own estimate, so admission's CapBelowFirstHold (an unknown run time is an hour) lets them start.
+    extra = '  maxCostUSD: "{cap}"\n  expectedDuration: 5m\n'
+    (project / "job.yaml").write_text(JOB.format(task="SFT", answer="answer", extra=extra.format(cap="2.00")))
     assert nodus("apply", ".", "--yes", "--wait", "--timeout", "2m")[0] == 0  # a Budget of endpoints only: runs
     assert status()["phase"] == "Succeeded"
 
     (project / "budget.yaml").write_text(BUDGET.format(limit="1.00", kinds=""))
-    second = JOB.format(task="SFT", answer="answer", extra='  maxCostUSD: "2.50"\n').replace("name: sft", "name: sft2")
+    second = JOB.format(task="SFT", answer="answer", extra=extra.format(cap="2.50")).replace("name: sft", "name: sft2")
     (project / "job2.yaml").write_text(second)
     code, output = nodus("apply", ".", "--yes")
     assert code == 0, output
