@@ -220,11 +220,9 @@ def _job_document(
     if producers:
         waited_for = ", ".join(short_ref(key, item.key.project) for key in producers)
         notes.append(f"waits for {waited_for}: apply starts it once their exports are committed (WaitingFor)")
-    blocking += [
-        entry
-        for entry in _model_blocking(_model_of(job, runtime), job, context)
-        if _model_volume(job, runtime) not in made_here
-    ]
+    model = _model_of(job, runtime)
+    if _model_volume(model, item.key.project) not in made_here:
+        blocking += _model_blocking(model, job, context)
     compiled, details = (
         _compiled(item, action, verdict, runtime, documents, sources, context, prices)
         if verdict.admitted
@@ -424,12 +422,12 @@ def _model_blocking(model: JSONObject, job: JSONObject, context: Context) -> lis
     return []
 
 
-def _model_volume(job: JSONObject, runtime: JSONObject | None) -> ResourceKey | None:
-    """The Volume the job's model is read from (None for a model by URI)."""
-    volume = _model_of(job, runtime).get("volume")
+def _model_volume(model: JSONObject, project: str) -> ResourceKey | None:
+    """The Volume of project `project` a job's `model` is read from (None for a model by URI)."""
+    volume = model.get("volume")
     if not isinstance(volume, dict):
         return None
-    return ResourceKey("Volume", str(job["metadata"].get("project") or "default"), str(volume.get("name")))
+    return ResourceKey("Volume", project, str(volume.get("name")))
 
 
 def _document(key: ResourceKey, documents: Mapping[ResourceKey, JSONObject], context: Context) -> JSONObject | None:
