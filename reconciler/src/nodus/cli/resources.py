@@ -84,7 +84,7 @@ SILENT_AFTER_S = 30.0
 def read_heartbeats(project: Project, store: StateStore, records: list[ResourceRecord]) -> dict[ResourceKey, Heartbeat]:
     """Each record's job's last heartbeat, for the kinds whose controller runs jobs (read only).
 
-    Reads need no executor (DESIGN.md section 6): a job whose stored status says it ended, or that never launched,
+    Reads need no executor: a job whose stored status says it ended, or that never launched,
     is shown from the store alone, and an executor that cannot be reached (a Ray cluster down, no token) is one
     line on stderr, after which the stored status is shown as it is."""
     found: dict[ResourceKey, Heartbeat] = {}

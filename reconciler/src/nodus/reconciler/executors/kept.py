@@ -1,11 +1,11 @@
 """The logs and gradings of ended runs, kept on this host, so reads of finished work need no executor.
 
-Who writes it: an executor whose runs live elsewhere (`ray.executor.RayExecutor.observe`, once it sees a run
-ended: the trainer's text and gradings of each run, split from the Ray job's log). Who reads it: `nodus logs`,
-when the project's executor cannot be made or reached (a Ray cluster down, no token), which then says so in one
-line (DESIGN.md section 6, "Reads need no executor"). The local executor's job folder is itself on this host, so
-it keeps nothing here. Each run is one JSON file (0600, written whole) under the job's folder in `jobs_root`:
-`<project>/<name>/kept/gen<G>/a<attempt>-r<run>.json`, in run order by name.
+Who writes it: an executor whose runs live elsewhere (`ray.executor.RayExecutor.observe`, once it sees a run ended:
+the trainer's text and gradings of each run, split from the Ray job's log). Who reads it: `nodus logs`, when the
+project's executor cannot be made or reached (a Ray cluster down, no token), which then says so in one line: `get`,
+`describe` and `logs` of finished work read stored state, never a live cluster. The local executor's job folder is
+itself on this host, so it keeps nothing here. Each run is one JSON file (0600, written whole) under the job's
+folder in `jobs_root`: `<project>/<name>/kept/gen<G>/a<attempt>-r<run>.json`, in run order by name.
 """
 
 from __future__ import annotations
